@@ -1,0 +1,164 @@
+//! What both participants answer, independent of storage and wire: an
+//! action's reply, a business refusal, and the errors a participant call can
+//! end with — each mapped to one gRPC status in one place.
+
+use crate::BarrierError;
+use service_kit::embedded::DbError;
+use tonic::Status;
+
+/// The reply to an action (charge, deduct, deposit, add stock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionReply<T> {
+    Applied { value: T, replayed: bool },
+    /// A business refusal. It is recorded, so `replayed` retries get it too.
+    Refused { refusal: Refusal, replayed: bool },
+}
+
+/// Why a participant refused an action for a business reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: RefusalReason,
+    pub message: String,
+}
+
+/// The business reasons a participant refuses; each maps to one status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// Unknown account or product → NOT_FOUND.
+    NotFound,
+    /// Not enough money or stock → FAILED_PRECONDITION.
+    Insufficient,
+    /// The result would not fit in an int64 → OUT_OF_RANGE.
+    Overflow,
+}
+
+impl Refusal {
+    pub fn new(reason: RefusalReason, message: impl Into<String>) -> Self {
+        Refusal {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The form stored in an operation record's `detail`.
+    pub fn encode(&self) -> String {
+        let code = match self.reason {
+            RefusalReason::NotFound => "not_found",
+            RefusalReason::Insufficient => "insufficient",
+            RefusalReason::Overflow => "overflow",
+        };
+        format!("{code}:{}", self.message)
+    }
+
+    /// Reads back [`Refusal::encode`]; unknown codes read as FAILED_PRECONDITION.
+    pub fn decode(detail: &str) -> Self {
+        let (code, message) = detail.split_once(':').unwrap_or(("", detail));
+        let reason = match code {
+            "not_found" => RefusalReason::NotFound,
+            "overflow" => RefusalReason::Overflow,
+            _ => RefusalReason::Insufficient,
+        };
+        Refusal::new(reason, message)
+    }
+}
+
+impl From<Refusal> for Status {
+    fn from(r: Refusal) -> Status {
+        match r.reason {
+            RefusalReason::NotFound => Status::not_found(r.message),
+            RefusalReason::Insufficient => Status::failed_precondition(r.message),
+            RefusalReason::Overflow => Status::out_of_range(r.message),
+        }
+    }
+}
+
+/// How a participant call failed (other than a business refusal, which is a
+/// successful, recorded answer).
+#[derive(Debug, thiserror::Error)]
+pub enum ParticipantError {
+    /// The request id was reused with different parameters → ALREADY_EXISTS.
+    #[error("{0}")]
+    ParameterMismatch(String),
+    /// The action arrived after its compensation → FAILED_PRECONDITION.
+    #[error("{0}")]
+    AlreadyCompensated(String),
+    /// The thing asked about does not exist (reads) → NOT_FOUND.
+    #[error("{0}")]
+    NotFound(String),
+    /// A compensation's effect cannot be applied (e.g. overflow) → OUT_OF_RANGE.
+    #[error("{0}")]
+    OutOfRange(String),
+    /// Stored data contradicts the protocol → INTERNAL.
+    #[error("{0}")]
+    Corrupt(String),
+    /// The store failed; safe to retry → UNAVAILABLE.
+    #[error("store unavailable: {0}")]
+    Store(String),
+}
+
+impl<E: std::fmt::Display> From<BarrierError<E>> for ParticipantError {
+    fn from(e: BarrierError<E>) -> Self {
+        let message = e.to_string();
+        match e {
+            BarrierError::ParameterMismatch { .. } => ParticipantError::ParameterMismatch(message),
+            BarrierError::AlreadyCompensated { .. } => ParticipantError::AlreadyCompensated(message),
+            BarrierError::Corrupt { .. } => ParticipantError::Corrupt(message),
+            BarrierError::Store(e) => ParticipantError::Store(e.to_string()),
+        }
+    }
+}
+
+impl From<DbError> for ParticipantError {
+    fn from(e: DbError) -> Self {
+        ParticipantError::Store(e.to_string())
+    }
+}
+
+impl From<rusqlite::Error> for ParticipantError {
+    fn from(e: rusqlite::Error) -> Self {
+        ParticipantError::Store(e.to_string())
+    }
+}
+
+impl From<ParticipantError> for Status {
+    fn from(e: ParticipantError) -> Status {
+        let message = e.to_string();
+        match e {
+            ParticipantError::ParameterMismatch(_) => Status::already_exists(message),
+            ParticipantError::AlreadyCompensated(_) => Status::failed_precondition(message),
+            ParticipantError::NotFound(_) => Status::not_found(message),
+            ParticipantError::OutOfRange(_) => Status::out_of_range(message),
+            ParticipantError::Corrupt(_) => Status::internal(message),
+            ParticipantError::Store(_) => Status::unavailable(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_round_trip_through_the_record() {
+        for reason in [RefusalReason::NotFound, RefusalReason::Insufficient, RefusalReason::Overflow] {
+            let r = Refusal::new(reason, "customer \"bob\": balance 10 < 20: see");
+            assert_eq!(Refusal::decode(&r.encode()), r);
+        }
+    }
+
+    #[test]
+    fn each_error_maps_to_its_status_code() {
+        use tonic::Code;
+        let cases = [
+            (ParticipantError::ParameterMismatch("x".into()), Code::AlreadyExists),
+            (ParticipantError::AlreadyCompensated("x".into()), Code::FailedPrecondition),
+            (ParticipantError::NotFound("x".into()), Code::NotFound),
+            (ParticipantError::OutOfRange("x".into()), Code::OutOfRange),
+            (ParticipantError::Corrupt("x".into()), Code::Internal),
+            (ParticipantError::Store("x".into()), Code::Unavailable),
+        ];
+        for (error, code) in cases {
+            assert_eq!(Status::from(error).code(), code);
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! One row of the operationHistory and the states it moves through.
+
+use crate::Operation;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One entry of a participant's operationHistory, unique by
+/// `(request_id, kind)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationRecord {
+    pub request_id: String,
+    pub kind: String,
+    /// Account or product the operation concerns.
+    pub subject: String,
+    /// Cents or units, for display.
+    pub amount: i64,
+    /// Hex digest of the parameters ([`Fingerprint`]).
+    pub fingerprint: String,
+    /// Readable parameters, for refusals that must say what differed.
+    pub parameters: String,
+    pub status: RecordStatus,
+    /// Participant-specific data recorded with the outcome (a refusal
+    /// message, a balance).
+    pub detail: String,
+    /// Milliseconds since the Unix epoch.
+    pub recorded_at_ms: i64,
+}
+
+impl OperationRecord {
+    pub(crate) fn new(op: &Operation<'_>, kind: &str, status: RecordStatus) -> Self {
+        OperationRecord {
+            request_id: op.request_id.to_owned(),
+            kind: kind.to_owned(),
+            subject: op.subject.to_owned(),
+            amount: op.amount,
+            fingerprint: op.fingerprint.as_str().to_owned(),
+            parameters: op.fingerprint.describe().to_owned(),
+            status,
+            detail: String::new(),
+            recorded_at_ms: now_ms(),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Where an operation stands. Only `Pending` is transient: it exists inside
+/// an open transaction and is never committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordStatus {
+    Pending,
+    /// Action applied.
+    Applied,
+    /// Action refused for a business reason (recorded, so replayed).
+    Refused,
+    /// Action key taken by a compensation that arrived first.
+    Blocked,
+    /// Compensation undid an applied action.
+    Undone,
+    /// Compensation arrived before its action.
+    NullCompensation,
+    /// Compensation of a refused action.
+    NothingToUndo,
+}
+
+impl RecordStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordStatus::Pending => "pending",
+            RecordStatus::Applied => "applied",
+            RecordStatus::Refused => "refused",
+            RecordStatus::Blocked => "blocked",
+            RecordStatus::Undone => "undone",
+            RecordStatus::NullCompensation => "null_compensation",
+            RecordStatus::NothingToUndo => "nothing_to_undo",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => RecordStatus::Pending,
+            "applied" => RecordStatus::Applied,
+            "refused" => RecordStatus::Refused,
+            "blocked" => RecordStatus::Blocked,
+            "undone" => RecordStatus::Undone,
+            "null_compensation" => RecordStatus::NullCompensation,
+            "nothing_to_undo" => RecordStatus::NothingToUndo,
+            _ => return None,
+        })
+    }
+}

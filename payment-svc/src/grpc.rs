@@ -1,0 +1,135 @@
+//! `payment.v1` adapter: checks and converts wire types, calls the store,
+//! maps results to replies and status codes. No business logic lives here.
+
+use crate::store::{AccountView, PaymentStore, Transfer};
+use operation_history::{ActionReply, CompensationResult, OperationRecord};
+use saga_proto::payment::v1 as pb;
+use service_kit::validate;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// Default and maximum number of operations returned by GetAccount.
+const DEFAULT_OPERATIONS: usize = 20;
+const MAX_OPERATIONS: usize = 100;
+
+/// Implements `payment.v1.PaymentService` over a [`PaymentStore`].
+pub struct PaymentApi {
+    store: Arc<dyn PaymentStore>,
+}
+
+impl PaymentApi {
+    pub fn new(store: Arc<dyn PaymentStore>) -> Self {
+        PaymentApi { store }
+    }
+}
+
+fn transfer(request_id: String, customer_id: String, amount_cents: i64) -> Result<Transfer, Status> {
+    validate::id("request_id", &request_id)?;
+    validate::id("customer_id", &customer_id)?;
+    validate::positive("amount_cents", amount_cents)?;
+    Ok(Transfer {
+        request_id,
+        customer_id,
+        amount_cents,
+    })
+}
+
+/// Business refusals become their status code; applied results the balance.
+fn applied(reply: ActionReply<i64>) -> Result<(i64, bool), Status> {
+    match reply {
+        ActionReply::Applied { value, replayed } => Ok((value, replayed)),
+        ActionReply::Refused { refusal, .. } => Err(refusal.into()),
+    }
+}
+
+pub(crate) fn effect(result: &CompensationResult) -> i32 {
+    use operation_history::CompensationEffect as E;
+    use pb::CompensationEffect as W;
+    match result.effect {
+        E::Undone => W::Undone,
+        E::NullCompensation => W::NullCompensation,
+        E::NothingToUndo => W::NothingToUndo,
+    }
+    .into()
+}
+
+fn operation(r: OperationRecord) -> pb::Operation {
+    pb::Operation {
+        request_id: r.request_id,
+        kind: r.kind,
+        status: r.status.as_str().to_owned(),
+        amount_cents: r.amount,
+        detail: r.detail,
+        recorded_at: Some(timestamp(r.recorded_at_ms)),
+    }
+}
+
+/// Milliseconds since the epoch as a protobuf timestamp.
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::payment_service_server::PaymentService for PaymentApi {
+    async fn charge(&self, request: Request<pb::ChargeRequest>) -> Result<Response<pb::ChargeResponse>, Status> {
+        let r = request.into_inner();
+        let charge = transfer(r.request_id, r.customer_id, r.amount_cents)?;
+        let request_id = charge.request_id.clone();
+        let span = tracing::info_span!("charge", request_id = %request_id, customer_id = %charge.customer_id);
+        let _entered = span.enter();
+        let (balance_cents, replayed) = applied(self.store.charge(charge).await?)?;
+        tracing::debug!(balance_cents, replayed, "charged");
+        Ok(Response::new(pb::ChargeResponse {
+            request_id,
+            balance_cents,
+            replayed,
+        }))
+    }
+
+    async fn refund(&self, request: Request<pb::RefundRequest>) -> Result<Response<pb::RefundResponse>, Status> {
+        let r = request.into_inner();
+        let refund = transfer(r.request_id, r.customer_id, r.amount_cents)?;
+        let request_id = refund.request_id.clone();
+        let result = self.store.refund(refund).await?;
+        tracing::info!(request_id = %request_id, effect = ?result.effect, replayed = result.replayed, "refund");
+        Ok(Response::new(pb::RefundResponse {
+            request_id,
+            effect: effect(&result),
+            replayed: result.replayed,
+        }))
+    }
+
+    async fn get_account(&self, request: Request<pb::GetAccountRequest>) -> Result<Response<pb::Account>, Status> {
+        let r = request.into_inner();
+        validate::id("customer_id", &r.customer_id)?;
+        let limit = validate::limit("operation_limit", r.operation_limit, DEFAULT_OPERATIONS, MAX_OPERATIONS)?;
+        let Some(AccountView {
+            customer_id,
+            balance_cents,
+            recent_operations,
+        }) = self.store.account(r.customer_id.clone(), limit).await?
+        else {
+            return Err(Status::not_found(format!("customer {:?} has no account", r.customer_id)));
+        };
+        Ok(Response::new(pb::Account {
+            customer_id,
+            balance_cents,
+            recent_operations: recent_operations.into_iter().map(operation).collect(),
+        }))
+    }
+
+    async fn deposit(&self, request: Request<pb::DepositRequest>) -> Result<Response<pb::DepositResponse>, Status> {
+        let r = request.into_inner();
+        let deposit = transfer(r.request_id, r.customer_id, r.amount_cents)?;
+        let request_id = deposit.request_id.clone();
+        let (balance_cents, replayed) = applied(self.store.deposit(deposit).await?)?;
+        Ok(Response::new(pb::DepositResponse {
+            request_id,
+            balance_cents,
+            replayed,
+        }))
+    }
+}

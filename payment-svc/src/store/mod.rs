@@ -1,0 +1,67 @@
+//! Storage for the payment participant, in domain terms.
+//!
+//! The trait says what a payment store must guarantee, not how: each
+//! mutating method applies its effect and its operationHistory record
+//! atomically, keyed by `(request_id, kind)`. Callers (the gRPC adapter)
+//! never see SQL or BSON, so backends can be swapped by configuration.
+
+mod sqlite;
+
+pub use sqlite::SqlitePaymentStore;
+
+use async_trait::async_trait;
+use operation_history::{ActionReply, Fingerprint, OperationRecord, ParticipantError};
+use operation_history::CompensationResult;
+
+/// Operation kinds recorded in the operationHistory.
+pub const CHARGE: &str = "charge";
+pub const REFUND: &str = "refund";
+pub const DEPOSIT: &str = "deposit";
+
+/// A movement of money for one customer, identified by `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    pub request_id: String,
+    pub customer_id: String,
+    pub amount_cents: i64,
+}
+
+impl Transfer {
+    /// The parameters a duplicate must repeat exactly.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of([
+            ("customer_id", self.customer_id.clone()),
+            ("amount_cents", self.amount_cents.to_string()),
+        ])
+    }
+}
+
+/// Balance and recent history of one account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountView {
+    pub customer_id: String,
+    pub balance_cents: i64,
+    /// Newest first.
+    pub recent_operations: Vec<OperationRecord>,
+}
+
+/// The payment participant's storage.
+#[async_trait]
+pub trait PaymentStore: Send + Sync + 'static {
+    /// Takes the amount from the balance; refused when the account is
+    /// unknown or short. Returns the balance after the charge.
+    async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError>;
+
+    /// Compensates the charge with the same request id and parameters.
+    async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError>;
+
+    /// Adds money, creating the account if absent. Returns the new balance.
+    async fn deposit(&self, deposit: Transfer) -> Result<ActionReply<i64>, ParticipantError>;
+
+    /// `None` when the customer has no account.
+    async fn account(
+        &self,
+        customer_id: String,
+        operation_limit: usize,
+    ) -> Result<Option<AccountView>, ParticipantError>;
+}

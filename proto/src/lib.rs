@@ -1,0 +1,30 @@
+//! Wire types for the three services, generated from `proto/`.
+//!
+//! Nothing in here is hand-written logic: each service converts these types to
+//! its own domain types in a thin adapter, so the generated code never leaks
+//! into the saga engine or the stores.
+
+/// `saga.v1`: the orchestrator's public API (orders and saga inspection).
+pub mod saga {
+    pub mod v1 {
+        tonic::include_proto!("saga.v1");
+    }
+}
+
+/// `payment.v1`: the payment participant (charge, refund).
+pub mod payment {
+    pub mod v1 {
+        tonic::include_proto!("payment.v1");
+    }
+}
+
+/// `inventory.v1`: the inventory participant (deduct, restock).
+pub mod inventory {
+    pub mod v1 {
+        tonic::include_proto!("inventory.v1");
+    }
+}
+
+/// Encoded `FileDescriptorSet` of all three packages, served by gRPC reflection
+/// so `grpcurl list/describe` works without proto files.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));

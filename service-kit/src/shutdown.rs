@@ -1,0 +1,76 @@
+//! Graceful shutdown as a value: one [`Shutdown`] is cloned into every task
+//! that must stop; triggering it wakes them all, and late subscribers see it
+//! immediately.
+
+use tokio::sync::watch;
+
+/// A shutdown signal shared by clones.
+#[derive(Clone, Debug)]
+pub struct Shutdown {
+    tx: std::sync::Arc<watch::Sender<bool>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Shutdown {
+    pub fn new() -> Self {
+        let (tx, _rx) = watch::channel(false);
+        Shutdown {
+            tx: std::sync::Arc::new(tx),
+        }
+    }
+
+    /// Asks everything holding a clone to stop.
+    pub fn trigger(&self) {
+        self.tx.send_replace(true);
+    }
+
+    pub fn is_triggered(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Resolves once [`Shutdown::trigger`] was called (at once if it was).
+    pub async fn wait(&self) {
+        let mut rx = self.tx.subscribe();
+        // An error means the sender is gone, which cannot happen while
+        // `self` holds it; either way there is nothing left to wait for.
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+
+    /// Triggers on SIGINT or SIGTERM.
+    pub fn on_signals(&self) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown signal received");
+            this.trigger();
+        });
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the service");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
