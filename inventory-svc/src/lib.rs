@@ -1,1 +1,39 @@
-//! stub
+//! inventory-svc — the inventory participant of the order saga.
+//!
+//! It holds available units per product (int64) and offers Deduct — every
+//! line of an order, all or nothing — and its compensation Restock. Every
+//! mutating call goes through the shared operationHistory barrier
+//! (`operation-history` crate), so a retried, duplicated, reordered or late
+//! call never takes stock twice, and a restock is applied at most once. Each
+//! deducted line is also recorded under the stable key
+//! `(request_id, line_index)`, which is what Restock puts back.
+//!
+//! - [`store`]: the [`store::InventoryStore`] trait (domain types only) and
+//!   its embedded SQLite backend.
+//! - [`grpc`]: the thin adapter from `inventory.v1` to the store: validation,
+//!   conversions, status codes.
+//! - [`config`]: flags and environment for the stand-alone binary.
+
+pub mod config;
+pub mod grpc;
+pub mod store;
+
+use service_kit::server::{self, ServeError};
+use service_kit::shutdown::Shutdown;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Serves the inventory service on `listener` until `shutdown` fires.
+pub async fn serve(
+    store: Arc<dyn store::InventoryStore>,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
+    use saga_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
+    let service = InventoryServiceServer::new(grpc::InventoryApi::new(store));
+    let routes = tonic::service::Routes::new(service);
+    let routes =
+        server::with_standard_services::<InventoryServiceServer<grpc::InventoryApi>>(routes)
+            .await?;
+    server::serve(routes, listener, shutdown).await
+}

@@ -63,9 +63,18 @@ mod tests {
 
     #[test]
     fn equal_parameters_give_equal_digests_and_different_ones_differ() {
-        let a = Fingerprint::of([("customer_id", "alice".into()), ("amount_cents", "100".into())]);
-        let b = Fingerprint::of([("customer_id", "alice".into()), ("amount_cents", "100".into())]);
-        let c = Fingerprint::of([("customer_id", "alice".into()), ("amount_cents", "101".into())]);
+        let a = Fingerprint::of([
+            ("customer_id", "alice".into()),
+            ("amount_cents", "100".into()),
+        ]);
+        let b = Fingerprint::of([
+            ("customer_id", "alice".into()),
+            ("amount_cents", "100".into()),
+        ]);
+        let c = Fingerprint::of([
+            ("customer_id", "alice".into()),
+            ("amount_cents", "101".into()),
+        ]);
         assert_eq!(a, b);
         assert_ne!(a.as_str(), c.as_str());
         assert_eq!(a.describe(), "customer_id=alice amount_cents=100");

@@ -174,7 +174,11 @@ pub async fn begin_action<T: HistoryTx>(
     op: &Operation<'_>,
 ) -> Result<ActionGate, BarrierError<T::Error>> {
     let claim = OperationRecord::new(op, op.action_kind, RecordStatus::Pending);
-    let Some(existing) = tx.insert_or_get(&claim).await.map_err(BarrierError::Store)? else {
+    let Some(existing) = tx
+        .insert_or_get(&claim)
+        .await
+        .map_err(BarrierError::Store)?
+    else {
         return Ok(ActionGate::Proceed);
     };
     check_parameters(op, &existing)?;
@@ -218,7 +222,11 @@ pub async fn begin_compensation<T: HistoryTx>(
     op: &Operation<'_>,
 ) -> Result<CompensationGate, BarrierError<T::Error>> {
     let claim = OperationRecord::new(op, op.compensation_kind, RecordStatus::Pending);
-    if let Some(existing) = tx.insert_or_get(&claim).await.map_err(BarrierError::Store)? {
+    if let Some(existing) = tx
+        .insert_or_get(&claim)
+        .await
+        .map_err(BarrierError::Store)?
+    {
         check_parameters(op, &existing)?;
         let effect = match existing.status {
             RecordStatus::Undone => CompensationEffect::Undone,
@@ -233,7 +241,11 @@ pub async fn begin_compensation<T: HistoryTx>(
     }
 
     let blocker = OperationRecord::new(op, op.action_kind, RecordStatus::Blocked);
-    let action = match tx.insert_or_get(&blocker).await.map_err(BarrierError::Store)? {
+    let action = match tx
+        .insert_or_get(&blocker)
+        .await
+        .map_err(BarrierError::Store)?
+    {
         None => return done(tx, op, CompensationEffect::NullCompensation).await,
         Some(action) => action,
     };
@@ -279,7 +291,10 @@ async fn record_compensation<T: HistoryTx>(
         .map_err(BarrierError::Store)
 }
 
-fn check_parameters<E>(op: &Operation<'_>, recorded: &OperationRecord) -> Result<(), BarrierError<E>> {
+fn check_parameters<E>(
+    op: &Operation<'_>,
+    recorded: &OperationRecord,
+) -> Result<(), BarrierError<E>> {
     if recorded.fingerprint == op.fingerprint.as_str() {
         return Ok(());
     }

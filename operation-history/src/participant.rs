@@ -9,9 +9,15 @@ use tonic::Status;
 /// The reply to an action (charge, deduct, deposit, add stock).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActionReply<T> {
-    Applied { value: T, replayed: bool },
+    Applied {
+        value: T,
+        replayed: bool,
+    },
     /// A business refusal. It is recorded, so `replayed` retries get it too.
-    Refused { refusal: Refusal, replayed: bool },
+    Refused {
+        refusal: Refusal,
+        replayed: bool,
+    },
 }
 
 /// Why a participant refused an action for a business reason.
@@ -101,7 +107,9 @@ impl<E: std::fmt::Display> From<BarrierError<E>> for ParticipantError {
         let message = e.to_string();
         match e {
             BarrierError::ParameterMismatch { .. } => ParticipantError::ParameterMismatch(message),
-            BarrierError::AlreadyCompensated { .. } => ParticipantError::AlreadyCompensated(message),
+            BarrierError::AlreadyCompensated { .. } => {
+                ParticipantError::AlreadyCompensated(message)
+            }
             BarrierError::Corrupt { .. } => ParticipantError::Corrupt(message),
             BarrierError::Store(e) => ParticipantError::Store(e.to_string()),
         }
@@ -140,7 +148,11 @@ mod tests {
 
     #[test]
     fn refusals_round_trip_through_the_record() {
-        for reason in [RefusalReason::NotFound, RefusalReason::Insufficient, RefusalReason::Overflow] {
+        for reason in [
+            RefusalReason::NotFound,
+            RefusalReason::Insufficient,
+            RefusalReason::Overflow,
+        ] {
             let r = Refusal::new(reason, "customer \"bob\": balance 10 < 20: see");
             assert_eq!(Refusal::decode(&r.encode()), r);
         }
@@ -150,8 +162,14 @@ mod tests {
     fn each_error_maps_to_its_status_code() {
         use tonic::Code;
         let cases = [
-            (ParticipantError::ParameterMismatch("x".into()), Code::AlreadyExists),
-            (ParticipantError::AlreadyCompensated("x".into()), Code::FailedPrecondition),
+            (
+                ParticipantError::ParameterMismatch("x".into()),
+                Code::AlreadyExists,
+            ),
+            (
+                ParticipantError::AlreadyCompensated("x".into()),
+                Code::FailedPrecondition,
+            ),
             (ParticipantError::NotFound("x".into()), Code::NotFound),
             (ParticipantError::OutOfRange("x".into()), Code::OutOfRange),
             (ParticipantError::Corrupt("x".into()), Code::Internal),

@@ -1,1 +1,109 @@
-//! stub
+//! The saga orchestrator.
+//!
+//! `CreateOrder` persists an order saga — the order and the intent of its
+//! first step — before anything else, then drives it: charge the customer
+//! (payment-svc), deduct the stock (inventory-svc). When a step is refused,
+//! the steps already applied are compensated in reverse order (refund).
+//! Every outcome is persisted before the next RPC, so after a crash each
+//! unfinished saga is simply resumed from its stored state.
+//!
+//! Module map:
+//! - [`saga`]: the saga as data (domain types, no wire or database types).
+//! - [`engine`]: the pure state machine — what to do next, how an outcome
+//!   moves the saga on.
+//! - [`order_saga`]: the order saga's single definition and its RPCs.
+//! - [`executor`]: runs the engine's decisions with retries and persists
+//!   every result.
+//! - [`classify`]: which participant errors are refusals, which transient.
+//! - [`store`]: the storage trait and the embedded SQLite backend.
+//! - [`app`]: the use cases (create, get, list, recover).
+//! - [`grpc`] / [`convert`]: the thin `saga.v1` adapters and validation.
+//! - [`hub`]: wakes `wait`ing callers when their saga changes.
+//! - [`config`] / [`dev`]: the binary's command line and the one-command dev
+//!   stack.
+
+pub mod app;
+pub mod classify;
+pub mod config;
+pub mod convert;
+pub mod dev;
+pub mod engine;
+pub mod executor;
+pub mod grpc;
+pub mod hub;
+pub mod order_saga;
+pub mod saga;
+pub mod store;
+
+use executor::{Executor, RetryPolicy, StepInvoker};
+use service_kit::server::{self, ServeError};
+use service_kit::shutdown::Shutdown;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Tunables of a running orchestrator.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub retry: RetryPolicy,
+    pub max_wait: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            retry: RetryPolicy::default(),
+            max_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Resumes unfinished sagas, then serves `saga.v1` on `listener` until
+/// `shutdown` fires.
+pub async fn serve(
+    store: Arc<dyn store::SagaStore>,
+    invoker: Arc<dyn StepInvoker>,
+    settings: Settings,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
+    use saga_proto::saga::v1::order_service_server::OrderServiceServer;
+    use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
+
+    let hub = Arc::new(hub::SagaHub::new());
+    let executor = Arc::new(Executor::new(
+        store.clone(),
+        invoker,
+        settings.retry.clone(),
+        hub.clone(),
+        shutdown.clone(),
+    ));
+    let app = Arc::new(app::Orchestrator::new(store, executor, hub));
+    match app.recover().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(sagas = n, "resumed unfinished sagas"),
+        Err(error) => {
+            tracing::error!(%error, "could not list unfinished sagas; they resume on the next start")
+        }
+    }
+    let routes = tonic::service::Routes::new(OrderServiceServer::new(grpc::OrderApi::new(
+        app.clone(),
+        settings.max_wait,
+    )))
+    .add_service(SagaServiceServer::new(grpc::SagaApi::new(app)));
+    let routes =
+        server::with_standard_services::<OrderServiceServer<grpc::OrderApi>>(routes).await?;
+    server::serve(routes, listener, shutdown).await
+}
+
+/// A lazily connecting channel to a participant: the orchestrator starts
+/// even when a participant is down, and calls to it fail (and are retried)
+/// until it is up.
+pub fn participant_channel(
+    addr: &str,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    Ok(tonic::transport::Endpoint::from_shared(addr.to_owned())?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .connect_lazy())
+}

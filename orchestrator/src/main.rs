@@ -1,1 +1,57 @@
-fn main() {}
+//! The `orchestrator` binary: `serve` (default) or `dev`.
+
+use clap::Parser;
+use orchestrator::config::{Cli, Command, DATABASE_FILE, ServeConfig};
+use orchestrator::order_saga::OrderParticipants;
+use orchestrator::store::SqliteSagaStore;
+use service_kit::shutdown::Shutdown;
+use std::sync::Arc;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Dev(config)) => {
+            service_kit::telemetry::init(config.engine.log_format);
+            orchestrator::dev::run(config).await
+        }
+        Some(Command::Serve(config)) => serve(config).await,
+        None => serve(cli.serve).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "orchestrator stopped");
+            eprintln!("orchestrator: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
+    service_kit::telemetry::init(config.engine.log_format);
+    let path = config.data_dir.join(DATABASE_FILE);
+    let store = SqliteSagaStore::open(&path, config.engine.durability)?;
+    let invoker = OrderParticipants::new(
+        orchestrator::participant_channel(&config.payment_addr)?,
+        orchestrator::participant_channel(&config.inventory_addr)?,
+        config.engine.call_timeout(),
+    );
+    let listener = service_kit::server::bind(config.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, db = %path.display(), "orchestrator serving");
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    let settings = orchestrator::Settings {
+        retry: config.engine.retry_policy(),
+        max_wait: config.engine.max_wait(),
+    };
+    orchestrator::serve(
+        Arc::new(store),
+        Arc::new(invoker),
+        settings,
+        listener,
+        shutdown,
+    )
+    .await?;
+    Ok(())
+}

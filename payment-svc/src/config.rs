@@ -7,7 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "payment-svc", about = "Payment participant of the order saga (charge, refund)")]
+#[command(
+    name = "payment-svc",
+    about = "Payment participant of the order saga (charge, refund)"
+)]
 pub struct Config {
     /// Address to serve gRPC on.
     #[arg(long, env = "PAYMENT_LISTEN", default_value = "127.0.0.1:50052")]

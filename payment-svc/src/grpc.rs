@@ -7,6 +7,7 @@ use saga_proto::payment::v1 as pb;
 use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// Default and maximum number of operations returned by GetAccount.
 const DEFAULT_OPERATIONS: usize = 20;
@@ -23,7 +24,11 @@ impl PaymentApi {
     }
 }
 
-fn transfer(request_id: String, customer_id: String, amount_cents: i64) -> Result<Transfer, Status> {
+fn transfer(
+    request_id: String,
+    customer_id: String,
+    amount_cents: i64,
+) -> Result<Transfer, Status> {
     validate::id("request_id", &request_id)?;
     validate::id("customer_id", &customer_id)?;
     validate::positive("amount_cents", amount_cents)?;
@@ -74,13 +79,15 @@ pub fn timestamp(ms: i64) -> prost_types::Timestamp {
 
 #[tonic::async_trait]
 impl pb::payment_service_server::PaymentService for PaymentApi {
-    async fn charge(&self, request: Request<pb::ChargeRequest>) -> Result<Response<pb::ChargeResponse>, Status> {
+    async fn charge(
+        &self,
+        request: Request<pb::ChargeRequest>,
+    ) -> Result<Response<pb::ChargeResponse>, Status> {
         let r = request.into_inner();
         let charge = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = charge.request_id.clone();
         let span = tracing::info_span!("charge", request_id = %request_id, customer_id = %charge.customer_id);
-        let _entered = span.enter();
-        let (balance_cents, replayed) = applied(self.store.charge(charge).await?)?;
+        let (balance_cents, replayed) = applied(self.store.charge(charge).instrument(span).await?)?;
         tracing::debug!(balance_cents, replayed, "charged");
         Ok(Response::new(pb::ChargeResponse {
             request_id,
@@ -89,7 +96,10 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         }))
     }
 
-    async fn refund(&self, request: Request<pb::RefundRequest>) -> Result<Response<pb::RefundResponse>, Status> {
+    async fn refund(
+        &self,
+        request: Request<pb::RefundRequest>,
+    ) -> Result<Response<pb::RefundResponse>, Status> {
         let r = request.into_inner();
         let refund = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = refund.request_id.clone();
@@ -102,17 +112,28 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         }))
     }
 
-    async fn get_account(&self, request: Request<pb::GetAccountRequest>) -> Result<Response<pb::Account>, Status> {
+    async fn get_account(
+        &self,
+        request: Request<pb::GetAccountRequest>,
+    ) -> Result<Response<pb::Account>, Status> {
         let r = request.into_inner();
         validate::id("customer_id", &r.customer_id)?;
-        let limit = validate::limit("operation_limit", r.operation_limit, DEFAULT_OPERATIONS, MAX_OPERATIONS)?;
+        let limit = validate::limit(
+            "operation_limit",
+            r.operation_limit,
+            DEFAULT_OPERATIONS,
+            MAX_OPERATIONS,
+        )?;
         let Some(AccountView {
             customer_id,
             balance_cents,
             recent_operations,
         }) = self.store.account(r.customer_id.clone(), limit).await?
         else {
-            return Err(Status::not_found(format!("customer {:?} has no account", r.customer_id)));
+            return Err(Status::not_found(format!(
+                "customer {:?} has no account",
+                r.customer_id
+            )));
         };
         Ok(Response::new(pb::Account {
             customer_id,
@@ -121,7 +142,10 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         }))
     }
 
-    async fn deposit(&self, request: Request<pb::DepositRequest>) -> Result<Response<pb::DepositResponse>, Status> {
+    async fn deposit(
+        &self,
+        request: Request<pb::DepositRequest>,
+    ) -> Result<Response<pb::DepositResponse>, Status> {
         let r = request.into_inner();
         let deposit = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = deposit.request_id.clone();

@@ -30,6 +30,7 @@ pub async fn serve(
     use saga_proto::payment::v1::payment_service_server::PaymentServiceServer;
     let service = PaymentServiceServer::new(grpc::PaymentApi::new(store));
     let routes = tonic::service::Routes::new(service);
-    let routes = server::with_standard_services::<PaymentServiceServer<grpc::PaymentApi>>(routes).await?;
+    let routes =
+        server::with_standard_services::<PaymentServiceServer<grpc::PaymentApi>>(routes).await?;
     server::serve(routes, listener, shutdown).await
 }

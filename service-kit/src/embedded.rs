@@ -62,7 +62,9 @@ pub struct EmbeddedDb {
 
 impl std::fmt::Debug for EmbeddedDb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedDb").field("path", &self.path).finish()
+        f.debug_struct("EmbeddedDb")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -150,8 +152,10 @@ impl EmbeddedDb {
             let pooled = readers.lock().ok().and_then(|mut pool| pool.pop());
             let conn = match pooled {
                 Some(conn) => conn,
-                None => Connection::open_with_flags(path.as_path(), OpenFlags::SQLITE_OPEN_READ_ONLY)
-                    .map_err(|e| E::from(DbError::from(e)))?,
+                None => {
+                    Connection::open_with_flags(path.as_path(), OpenFlags::SQLITE_OPEN_READ_ONLY)
+                        .map_err(|e| E::from(DbError::from(e)))?
+                }
             };
             let result = f(&conn);
             if let Ok(mut pool) = readers.lock()
@@ -216,7 +220,9 @@ where
 /// of the batch with the same code and message.
 fn clone_error(e: &rusqlite::Error) -> rusqlite::Error {
     match e {
-        rusqlite::Error::SqliteFailure(code, msg) => rusqlite::Error::SqliteFailure(*code, msg.clone()),
+        rusqlite::Error::SqliteFailure(code, msg) => {
+            rusqlite::Error::SqliteFailure(*code, msg.clone())
+        }
         other => rusqlite::Error::ToSqlConversionFailure(other.to_string().into()),
     }
 }
@@ -288,7 +294,9 @@ mod tests {
         }
         assert_eq!(failed, 20);
         let count: i64 = db
-            .read(|c| -> Result<i64, DbError> { Ok(c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?) })
+            .read(|c| -> Result<i64, DbError> {
+                Ok(c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?)
+            })
             .await
             .unwrap();
         assert_eq!(count, 180);
@@ -309,7 +317,9 @@ mod tests {
         }
         let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
         let v: i64 = db
-            .read(|c| -> Result<i64, DbError> { Ok(c.query_row("SELECT v FROM t WHERE k = 'a'", [], |r| r.get(0))?) })
+            .read(|c| -> Result<i64, DbError> {
+                Ok(c.query_row("SELECT v FROM t WHERE k = 'a'", [], |r| r.get(0))?)
+            })
             .await
             .unwrap();
         assert_eq!(v, 1);

@@ -48,7 +48,11 @@ pub async fn with_standard_services<S: NamedService>(routes: Routes) -> Result<R
 
 /// Serves `routes` on `listener` until `shutdown` fires; in-flight calls are
 /// allowed to finish.
-pub async fn serve(routes: Routes, listener: TcpListener, shutdown: Shutdown) -> Result<(), ServeError> {
+pub async fn serve(
+    routes: Routes,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
     tonic::transport::Server::builder()
         .add_routes(routes)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {

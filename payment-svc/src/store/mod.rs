@@ -10,8 +10,8 @@ mod sqlite;
 pub use sqlite::SqlitePaymentStore;
 
 use async_trait::async_trait;
-use operation_history::{ActionReply, Fingerprint, OperationRecord, ParticipantError};
 use operation_history::CompensationResult;
+use operation_history::{ActionReply, Fingerprint, OperationRecord, ParticipantError};
 
 /// Operation kinds recorded in the operationHistory.
 pub const CHARGE: &str = "charge";

@@ -39,7 +39,11 @@ impl SqlitePaymentStore {
     }
 }
 
-fn operation<'a>(t: &'a Transfer, action_kind: &'a str, fingerprint: &'a operation_history::Fingerprint) -> Operation<'a> {
+fn operation<'a>(
+    t: &'a Transfer,
+    action_kind: &'a str,
+    fingerprint: &'a operation_history::Fingerprint,
+) -> Operation<'a> {
     Operation {
         request_id: &t.request_id,
         action_kind,
@@ -69,10 +73,13 @@ fn set_balance(conn: &Connection, customer_id: &str, cents: i64) -> Result<(), r
 fn replay(recorded: Recorded) -> Result<ActionReply<i64>, ParticipantError> {
     match recorded {
         Recorded::Applied { detail } => {
-            let value = detail
-                .parse()
-                .map_err(|_| ParticipantError::Corrupt(format!("recorded balance {detail:?} is not a number")))?;
-            Ok(ActionReply::Applied { value, replayed: true })
+            let value = detail.parse().map_err(|_| {
+                ParticipantError::Corrupt(format!("recorded balance {detail:?} is not a number"))
+            })?;
+            Ok(ActionReply::Applied {
+                value,
+                replayed: true,
+            })
         }
         Recorded::Refused { detail } => Ok(ActionReply::Refused {
             refusal: Refusal::decode(&detail),
@@ -88,13 +95,23 @@ fn finish(
     outcome: Result<i64, Refusal>,
 ) -> Result<ActionReply<i64>, ParticipantError> {
     let recorded = match &outcome {
-        Ok(balance) => Recorded::Applied { detail: balance.to_string() },
-        Err(refusal) => Recorded::Refused { detail: refusal.encode() },
+        Ok(balance) => Recorded::Applied {
+            detail: balance.to_string(),
+        },
+        Err(refusal) => Recorded::Refused {
+            detail: refusal.encode(),
+        },
     };
     SqliteHistory::run(finish_action(h, op, &recorded))?;
     Ok(match outcome {
-        Ok(value) => ActionReply::Applied { value, replayed: false },
-        Err(refusal) => ActionReply::Refused { refusal, replayed: false },
+        Ok(value) => ActionReply::Applied {
+            value,
+            replayed: false,
+        },
+        Err(refusal) => ActionReply::Refused {
+            refusal,
+            replayed: false,
+        },
     })
 }
 
@@ -193,7 +210,8 @@ impl PaymentStore for SqlitePaymentStore {
                 let Some(balance_cents) = balance(conn, &customer_id)? else {
                     return Ok(None);
                 };
-                let recent_operations = history::recent_for_subject(conn, &customer_id, operation_limit)?;
+                let recent_operations =
+                    history::recent_for_subject(conn, &customer_id, operation_limit)?;
                 Ok(Some(AccountView {
                     customer_id,
                     balance_cents,

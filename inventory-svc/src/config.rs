@@ -1,0 +1,33 @@
+//! Configuration of the stand-alone `inventory-svc` binary. Every flag has an
+//! environment fallback and a default that works with zero flags.
+
+use service_kit::embedded::Durability;
+use service_kit::telemetry::LogFormat;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "inventory-svc",
+    about = "Inventory participant of the order saga (deduct, restock)"
+)]
+pub struct Config {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "INVENTORY_LISTEN", default_value = "127.0.0.1:50053")]
+    pub listen: SocketAddr,
+    /// Directory holding the embedded store (inventory.db).
+    #[arg(long, env = "INVENTORY_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+    /// process: survives kill -9; power-loss: fsync on every (group) commit.
+    #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
+    pub durability: Durability,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Path of the embedded database file.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("inventory.db")
+    }
+}

@@ -1,0 +1,245 @@
+//! `inventory.v1` adapter: checks and converts wire types, calls the store,
+//! maps results to replies and status codes. No business logic lives here.
+
+use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
+use operation_history::{ActionReply, CompensationResult};
+use saga_proto::inventory::v1 as pb;
+use service_kit::validate;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+/// Default and maximum number of operations returned by GetProduct.
+const DEFAULT_OPERATIONS: usize = 20;
+const MAX_OPERATIONS: usize = 100;
+/// Most lines accepted in one Deduct or Restock.
+pub const MAX_LINES: usize = 100;
+
+/// Implements `inventory.v1.InventoryService` over an [`InventoryStore`].
+pub struct InventoryApi {
+    store: Arc<dyn InventoryStore>,
+}
+
+impl InventoryApi {
+    pub fn new(store: Arc<dyn InventoryStore>) -> Self {
+        InventoryApi { store }
+    }
+}
+
+/// Checks a Deduct/Restock request: ids, 1..=[`MAX_LINES`] lines, positive
+/// quantities whose sum fits in an int64.
+fn deduction(request_id: String, lines: Vec<pb::Line>) -> Result<Deduction, Status> {
+    validate::id("request_id", &request_id)?;
+    if lines.is_empty() || lines.len() > MAX_LINES {
+        return Err(validate::invalid(
+            "lines",
+            &format!("must hold 1 to {MAX_LINES} lines (got {})", lines.len()),
+        ));
+    }
+    let mut checked = Vec::with_capacity(lines.len());
+    for (i, line) in lines.into_iter().enumerate() {
+        validate::id(&format!("lines[{i}].product_id"), &line.product_id)?;
+        validate::positive(&format!("lines[{i}].quantity"), line.quantity)?;
+        checked.push(Line {
+            product_id: line.product_id,
+            quantity: line.quantity,
+        });
+    }
+    let deduction = Deduction {
+        request_id,
+        lines: checked,
+    };
+    if deduction.total_units().is_none() {
+        return Err(validate::invalid(
+            "lines",
+            "total quantity does not fit in an int64",
+        ));
+    }
+    Ok(deduction)
+}
+
+/// Business refusals become their status code; applied results the value.
+fn applied<T>(reply: ActionReply<T>) -> Result<(T, bool), Status> {
+    match reply {
+        ActionReply::Applied { value, replayed } => Ok((value, replayed)),
+        ActionReply::Refused { refusal, .. } => Err(refusal.into()),
+    }
+}
+
+pub(crate) fn effect(result: &CompensationResult) -> i32 {
+    use operation_history::CompensationEffect as E;
+    use pb::CompensationEffect as W;
+    match result.effect {
+        E::Undone => W::Undone,
+        E::NullCompensation => W::NullCompensation,
+        E::NothingToUndo => W::NothingToUndo,
+    }
+    .into()
+}
+
+fn operation(o: ProductOperation) -> pb::Operation {
+    pb::Operation {
+        request_id: o.request_id,
+        kind: o.kind,
+        status: o.status,
+        quantity: o.quantity,
+        line_index: o.line_index.unwrap_or(0),
+        detail: o.detail,
+        recorded_at: Some(timestamp(o.recorded_at_ms)),
+    }
+}
+
+/// Milliseconds since the epoch as a protobuf timestamp.
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::inventory_service_server::InventoryService for InventoryApi {
+    async fn deduct(
+        &self,
+        request: Request<pb::DeductRequest>,
+    ) -> Result<Response<pb::DeductResponse>, Status> {
+        let r = request.into_inner();
+        let deduction = deduction(r.request_id, r.lines)?;
+        let request_id = deduction.request_id.clone();
+        let span =
+            tracing::info_span!("deduct", request_id = %request_id, lines = deduction.lines.len());
+        async move {
+            let ((), replayed) = applied(self.store.deduct(deduction).await?)?;
+            tracing::debug!(replayed, "deducted");
+            Ok(Response::new(pb::DeductResponse {
+                request_id,
+                replayed,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn restock(
+        &self,
+        request: Request<pb::RestockRequest>,
+    ) -> Result<Response<pb::RestockResponse>, Status> {
+        let r = request.into_inner();
+        let deduction = deduction(r.request_id, r.lines)?;
+        let request_id = deduction.request_id.clone();
+        let span =
+            tracing::info_span!("restock", request_id = %request_id, lines = deduction.lines.len());
+        async move {
+            let result = self.store.restock(deduction).await?;
+            tracing::info!(effect = ?result.effect, replayed = result.replayed, "restock");
+            Ok(Response::new(pb::RestockResponse {
+                request_id,
+                effect: effect(&result),
+                replayed: result.replayed,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn get_product(
+        &self,
+        request: Request<pb::GetProductRequest>,
+    ) -> Result<Response<pb::Product>, Status> {
+        let r = request.into_inner();
+        validate::id("product_id", &r.product_id)?;
+        let limit = validate::limit(
+            "operation_limit",
+            r.operation_limit,
+            DEFAULT_OPERATIONS,
+            MAX_OPERATIONS,
+        )?;
+        let Some(ProductView {
+            product_id,
+            available,
+            recent_operations,
+        }) = self.store.product(r.product_id.clone(), limit).await?
+        else {
+            return Err(Status::not_found(format!(
+                "product {:?} does not exist",
+                r.product_id
+            )));
+        };
+        Ok(Response::new(pb::Product {
+            product_id,
+            available,
+            recent_operations: recent_operations.into_iter().map(operation).collect(),
+        }))
+    }
+
+    async fn add_stock(
+        &self,
+        request: Request<pb::AddStockRequest>,
+    ) -> Result<Response<pb::AddStockResponse>, Status> {
+        let r = request.into_inner();
+        validate::id("request_id", &r.request_id)?;
+        validate::id("product_id", &r.product_id)?;
+        validate::positive("quantity", r.quantity)?;
+        let addition = StockAddition {
+            request_id: r.request_id,
+            product_id: r.product_id,
+            quantity: r.quantity,
+        };
+        let request_id = addition.request_id.clone();
+        let span = tracing::info_span!("add_stock", request_id = %request_id, product_id = %addition.product_id);
+        async move {
+            let (available, replayed) = applied(self.store.add_stock(addition).await?)?;
+            tracing::debug!(available, replayed, "stock added");
+            Ok(Response::new(pb::AddStockResponse {
+                request_id,
+                available,
+                replayed,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn line(product_id: &str, quantity: i64) -> pb::Line {
+        pb::Line {
+            product_id: product_id.to_owned(),
+            quantity,
+        }
+    }
+
+    fn rejected(request_id: &str, lines: Vec<pb::Line>) -> String {
+        let status = deduction(request_id.to_owned(), lines).unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        status.message().to_owned()
+    }
+
+    #[test]
+    fn deductions_are_checked_field_by_field() {
+        let ok = deduction("o1".into(), vec![line("a", 1), line("b", 2)]).unwrap();
+        assert_eq!(ok.lines.len(), 2);
+        assert!(rejected("", vec![line("a", 1)]).starts_with("request_id:"));
+        assert!(rejected("o1", vec![]).starts_with("lines:"));
+        assert!(rejected("o1", vec![line("a", 1); MAX_LINES + 1]).starts_with("lines:"));
+        assert!(deduction("o1".into(), vec![line("a", 1); MAX_LINES]).is_ok());
+        let bad_id = vec![line("a", 1), line("b", 1), line("", 1)];
+        assert!(rejected("o1", bad_id).starts_with("lines[2].product_id:"));
+        let bad_quantity = vec![line("a", 1), line("b", 0)];
+        assert!(rejected("o1", bad_quantity).starts_with("lines[1].quantity:"));
+        let overflow = vec![line("a", i64::MAX), line("b", 1)];
+        assert!(rejected("o1", overflow).starts_with("lines:"));
+    }
+
+    #[test]
+    fn timestamps_split_milliseconds() {
+        let t = timestamp(1_500);
+        assert_eq!((t.seconds, t.nanos), (1, 500_000_000));
+        let t = timestamp(-1);
+        assert_eq!((t.seconds, t.nanos), (-1, 999_000_000));
+    }
+}

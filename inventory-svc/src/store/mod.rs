@@ -1,0 +1,142 @@
+//! Storage for the inventory participant, in domain terms.
+//!
+//! The trait says what an inventory store must guarantee, not how: each
+//! mutating method applies its effect and its operationHistory record
+//! atomically, keyed by `(request_id, kind)`, and a deduction is all or
+//! nothing across its lines. Callers (the gRPC adapter) never see SQL or
+//! BSON, so backends can be swapped by configuration.
+
+mod sqlite;
+
+pub use sqlite::SqliteInventoryStore;
+
+use async_trait::async_trait;
+use operation_history::{
+    ActionReply, CompensationResult, Fingerprint, OperationRecord, ParticipantError,
+};
+
+/// Operation kinds recorded in the operationHistory.
+pub const DEDUCT: &str = "deduct";
+pub const RESTOCK: &str = "restock";
+pub const ADD_STOCK: &str = "add_stock";
+
+/// One order line: units of one product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub product_id: String,
+    pub quantity: i64,
+}
+
+/// The lines of one order, identified by `request_id`. Deduct takes them;
+/// Restock, its compensation, carries the same value to put them back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deduction {
+    pub request_id: String,
+    /// In order; a line's position is its stable `line_index`.
+    pub lines: Vec<Line>,
+}
+
+impl Deduction {
+    /// The parameters a duplicate (and the compensation) must repeat
+    /// exactly: the ordered list of `(product_id, quantity)`.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let lines: Vec<(&str, i64)> = self
+            .lines
+            .iter()
+            .map(|l| (l.product_id.as_str(), l.quantity))
+            .collect();
+        Fingerprint::of([("lines", format!("{lines:?}"))])
+    }
+
+    /// Units over all lines; `None` when the sum does not fit in an int64.
+    pub fn total_units(&self) -> Option<i64> {
+        self.lines
+            .iter()
+            .try_fold(0i64, |sum, l| sum.checked_add(l.quantity))
+    }
+}
+
+/// Units added to one product, identified by `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StockAddition {
+    pub request_id: String,
+    pub product_id: String,
+    pub quantity: i64,
+}
+
+impl StockAddition {
+    /// The parameters a duplicate must repeat exactly.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of([
+            ("product_id", self.product_id.clone()),
+            ("quantity", self.quantity.to_string()),
+        ])
+    }
+}
+
+/// One operation that touched a product: a deducted (possibly restocked)
+/// order line, or a stock addition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductOperation {
+    pub request_id: String,
+    /// `deduct` or `add_stock`.
+    pub kind: String,
+    /// `deducted`/`restocked` for a deduct line; the operationHistory status
+    /// (`applied`, `refused`) for a stock addition.
+    pub status: String,
+    /// Units of this product the operation concerned.
+    pub quantity: i64,
+    /// The order line (deduct only).
+    pub line_index: Option<i32>,
+    pub detail: String,
+    /// Milliseconds since the Unix epoch.
+    pub recorded_at_ms: i64,
+}
+
+impl From<OperationRecord> for ProductOperation {
+    fn from(r: OperationRecord) -> Self {
+        ProductOperation {
+            request_id: r.request_id,
+            kind: r.kind,
+            status: r.status.as_str().to_owned(),
+            quantity: r.amount,
+            line_index: None,
+            detail: r.detail,
+            recorded_at_ms: r.recorded_at_ms,
+        }
+    }
+}
+
+/// Availability and recent history of one product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductView {
+    pub product_id: String,
+    pub available: i64,
+    /// Newest first.
+    pub recent_operations: Vec<ProductOperation>,
+}
+
+/// The inventory participant's storage.
+#[async_trait]
+pub trait InventoryStore: Send + Sync + 'static {
+    /// Takes every line, or nothing: refused when a product is unknown or
+    /// short (quantities of repeated products are added up first).
+    async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError>;
+
+    /// Compensates the deduction with the same request id and lines.
+    async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError>;
+
+    /// Adds units, creating the product if absent. Returns the new
+    /// availability.
+    async fn add_stock(
+        &self,
+        addition: StockAddition,
+    ) -> Result<ActionReply<i64>, ParticipantError>;
+
+    /// `None` when the product does not exist.
+    async fn product(
+        &self,
+        product_id: String,
+        operation_limit: usize,
+    ) -> Result<Option<ProductView>, ParticipantError>;
+}

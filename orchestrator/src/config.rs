@@ -1,0 +1,111 @@
+//! Command line of the `orchestrator` binary: `serve` (the default) runs the
+//! orchestrator alone; `dev` runs all three services in one process with
+//! demo data. Every flag has an environment fallback and a default that makes
+//! the zero-flag command work.
+
+use service_kit::embedded::Durability;
+use service_kit::telemetry::LogFormat;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "orchestrator",
+    about = "Saga orchestrator for orders: payment (charge/refund) then inventory (deduct/restock)",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run the orchestrator alone (the default).
+    Serve(ServeConfig),
+    /// Run orchestrator, payment-svc and inventory-svc in one process with
+    /// embedded stores and demo data, and print grpcurl commands to try.
+    Dev(DevConfig),
+}
+
+/// How sagas are driven; shared by `serve` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EngineConfig {
+    /// Deadline of one participant call, in milliseconds.
+    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = 5_000)]
+    pub call_timeout_ms: u64,
+    /// Attempts of a forward step before its outcome counts as unknown and
+    /// the saga compensates.
+    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = 5)]
+    pub action_attempts: u32,
+    /// Attempts of a compensation before the saga is marked FAILED.
+    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = 30)]
+    pub compensation_attempts: u32,
+    /// Longest CreateOrder with `wait` is held when the client sets no
+    /// deadline, in milliseconds.
+    #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000)]
+    pub max_wait_ms: u64,
+    /// process: survives kill -9; power-loss: fsync on every (group) commit.
+    #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
+    pub durability: Durability,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl EngineConfig {
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.max_wait_ms)
+    }
+
+    pub fn retry_policy(&self) -> crate::executor::RetryPolicy {
+        crate::executor::RetryPolicy {
+            action_attempts: self.action_attempts.max(1),
+            compensation_attempts: self.compensation_attempts.max(1),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeConfig {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Directory holding the embedded store (orchestrator.db).
+    #[arg(long, env = "ORCHESTRATOR_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+    /// payment-svc address.
+    #[arg(long, env = "PAYMENT_ADDR", default_value = "http://127.0.0.1:50052")]
+    pub payment_addr: String,
+    /// inventory-svc address.
+    #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
+    pub inventory_addr: String,
+    #[command(flatten)]
+    pub engine: EngineConfig,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevConfig {
+    /// Directory for the three embedded stores (relative to the current
+    /// directory).
+    #[arg(long, env = "DEV_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub orchestrator_listen: SocketAddr,
+    #[arg(long, default_value = "127.0.0.1:50052")]
+    pub payment_listen: SocketAddr,
+    #[arg(long, default_value = "127.0.0.1:50053")]
+    pub inventory_listen: SocketAddr,
+    #[command(flatten)]
+    pub engine: EngineConfig,
+}
+
+/// File name of the orchestrator's embedded store inside its data dir.
+pub const DATABASE_FILE: &str = "orchestrator.db";

@@ -1,0 +1,270 @@
+//! Wire ↔ domain conversions for `saga.v1`, with validation. Every check
+//! that fails becomes INVALID_ARGUMENT naming the field, before anything is
+//! stored.
+
+use crate::app::NewOrder;
+use crate::saga::{Order, OrderItem, Saga, SagaStatus, Step, StepStatus, Transition};
+use crate::store::Cursor;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use saga_proto::saga::v1 as pb;
+use service_kit::validate;
+use tonic::Status;
+
+/// Most items one order may have.
+pub const MAX_ITEMS: usize = 100;
+
+/// Validates a CreateOrder and computes its total with overflow checks.
+pub fn new_order(r: pb::CreateOrderRequest) -> Result<NewOrder, Status> {
+    validate::id("request_id", &r.request_id)?;
+    validate::id("customer_id", &r.customer_id)?;
+    if r.items.is_empty() {
+        return Err(validate::invalid("items", "must not be empty"));
+    }
+    if r.items.len() > MAX_ITEMS {
+        return Err(validate::invalid(
+            "items",
+            &format!(
+                "at most {MAX_ITEMS} items per order (got {})",
+                r.items.len()
+            ),
+        ));
+    }
+    let mut total: i64 = 0;
+    let mut items = Vec::with_capacity(r.items.len());
+    for (i, item) in r.items.into_iter().enumerate() {
+        validate::id(&format!("items[{i}].product_id"), &item.product_id)?;
+        validate::positive(&format!("items[{i}].quantity"), item.quantity)?;
+        validate::positive(
+            &format!("items[{i}].unit_price_cents"),
+            item.unit_price_cents,
+        )?;
+        let line = item
+            .quantity
+            .checked_mul(item.unit_price_cents)
+            .ok_or_else(|| {
+                validate::invalid(
+                    &format!("items[{i}]"),
+                    "quantity × unit_price_cents overflows int64",
+                )
+            })?;
+        total = total
+            .checked_add(line)
+            .ok_or_else(|| validate::invalid("items", "order total overflows int64"))?;
+        items.push(OrderItem {
+            product_id: item.product_id,
+            quantity: item.quantity,
+            unit_price_cents: item.unit_price_cents,
+        });
+    }
+    Ok(NewOrder {
+        request_id: r.request_id,
+        customer_id: r.customer_id,
+        items,
+        total_cents: total,
+    })
+}
+
+/// The status filter of ListSagas: unspecified means all.
+pub fn status_filter(value: i32) -> Result<Option<SagaStatus>, Status> {
+    let status = pb::SagaStatus::try_from(value)
+        .map_err(|_| validate::invalid("status", &format!("unknown saga status {value}")))?;
+    Ok(match status {
+        pb::SagaStatus::Unspecified => None,
+        pb::SagaStatus::Running => Some(SagaStatus::Running),
+        pb::SagaStatus::Compensating => Some(SagaStatus::Compensating),
+        pb::SagaStatus::Completed => Some(SagaStatus::Completed),
+        pb::SagaStatus::Cancelled => Some(SagaStatus::Cancelled),
+        pb::SagaStatus::Failed => Some(SagaStatus::Failed),
+    })
+}
+
+/// Page tokens are opaque to clients: base64 of `<created_at_ms>:<saga_id>`.
+pub fn encode_cursor(cursor: &Cursor) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}:{}", cursor.created_at_ms, cursor.saga_id))
+}
+
+pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || validate::invalid("page_token", "not a token returned by ListSagas");
+    let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let raw = String::from_utf8(raw).map_err(|_| bad())?;
+    let (ms, saga_id) = raw.split_once(':').ok_or_else(bad)?;
+    let created_at_ms = ms.parse().map_err(|_| bad())?;
+    if saga_id.is_empty() || saga_id.len() > validate::MAX_ID_BYTES {
+        return Err(bad());
+    }
+    Ok(Some(Cursor {
+        created_at_ms,
+        saga_id: saga_id.to_owned(),
+    }))
+}
+
+pub fn saga_status(s: SagaStatus) -> pb::SagaStatus {
+    match s {
+        SagaStatus::Running => pb::SagaStatus::Running,
+        SagaStatus::Compensating => pb::SagaStatus::Compensating,
+        SagaStatus::Completed => pb::SagaStatus::Completed,
+        SagaStatus::Cancelled => pb::SagaStatus::Cancelled,
+        SagaStatus::Failed => pb::SagaStatus::Failed,
+    }
+}
+
+fn step_status(s: StepStatus) -> pb::StepStatus {
+    match s {
+        StepStatus::Pending => pb::StepStatus::Pending,
+        StepStatus::Running => pb::StepStatus::Running,
+        StepStatus::Succeeded => pb::StepStatus::Succeeded,
+        StepStatus::Refused => pb::StepStatus::Refused,
+        StepStatus::Compensating => pb::StepStatus::Compensating,
+        StepStatus::Compensated => pb::StepStatus::Compensated,
+        StepStatus::Skipped => pb::StepStatus::Skipped,
+    }
+}
+
+/// Milliseconds since the epoch as a protobuf timestamp.
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+fn step(s: Step) -> pb::Step {
+    pb::Step {
+        name: s.name,
+        action: s.action,
+        compensation: s.compensation,
+        status: step_status(s.status).into(),
+        request_id: s.request_id,
+        attempts: s.attempts,
+        compensation_attempts: s.compensation_attempts,
+        last_error: s.last_error.unwrap_or_default(),
+        started_at: s.started_at_ms.map(timestamp),
+        finished_at: s.finished_at_ms.map(timestamp),
+    }
+}
+
+fn transition(t: Transition) -> pb::Transition {
+    pb::Transition {
+        at: Some(timestamp(t.at_ms)),
+        step: t.step.unwrap_or_default(),
+        from: t.from,
+        to: t.to,
+        detail: t.detail,
+    }
+}
+
+fn order(o: Order) -> pb::Order {
+    pb::Order {
+        order_id: o.order_id,
+        customer_id: o.customer_id,
+        items: o
+            .items
+            .into_iter()
+            .map(|i| pb::OrderItem {
+                product_id: i.product_id,
+                quantity: i.quantity,
+                unit_price_cents: i.unit_price_cents,
+            })
+            .collect(),
+        total_cents: o.total_cents,
+    }
+}
+
+pub fn saga(s: Saga) -> pb::Saga {
+    pb::Saga {
+        saga_id: s.saga_id,
+        request_id: s.request_id,
+        status: saga_status(s.status).into(),
+        order: Some(order(s.order)),
+        steps: s.steps.into_iter().map(step).collect(),
+        history: s.history.into_iter().map(transition).collect(),
+        created_at: Some(timestamp(s.created_at_ms)),
+        updated_at: Some(timestamp(s.updated_at_ms)),
+        reason: s.reason.unwrap_or_default(),
+        version: s.version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(q: i64, p: i64) -> pb::OrderItem {
+        pb::OrderItem {
+            product_id: "sku".into(),
+            quantity: q,
+            unit_price_cents: p,
+        }
+    }
+
+    fn request(items: Vec<pb::OrderItem>) -> pb::CreateOrderRequest {
+        pb::CreateOrderRequest {
+            request_id: "r".into(),
+            customer_id: "c".into(),
+            items,
+            wait: false,
+        }
+    }
+
+    fn field_of(e: Status) -> String {
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        e.message().split(':').next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn totals_are_summed_and_overflow_is_refused_naming_the_field() {
+        assert_eq!(
+            new_order(request(vec![item(2, 3), item(1, 4)]))
+                .unwrap()
+                .total_cents,
+            10
+        );
+        assert_eq!(
+            field_of(new_order(request(vec![item(i64::MAX, 2)])).unwrap_err()),
+            "items[0]"
+        );
+        let e = new_order(request(vec![item(1, i64::MAX), item(1, 1)])).unwrap_err();
+        assert_eq!(field_of(e), "items");
+    }
+
+    #[test]
+    fn bad_items_name_their_field() {
+        assert_eq!(field_of(new_order(request(vec![])).unwrap_err()), "items");
+        assert_eq!(
+            field_of(new_order(request(vec![item(1, 1); 101])).unwrap_err()),
+            "items"
+        );
+        assert_eq!(
+            field_of(new_order(request(vec![item(1, 1), item(0, 1)])).unwrap_err()),
+            "items[1].quantity"
+        );
+        assert_eq!(
+            field_of(new_order(request(vec![item(1, -5)])).unwrap_err()),
+            "items[0].unit_price_cents"
+        );
+    }
+
+    #[test]
+    fn page_tokens_round_trip_and_garbage_is_refused() {
+        let c = Cursor {
+            created_at_ms: 42,
+            saga_id: "abc".into(),
+        };
+        assert_eq!(decode_cursor(&encode_cursor(&c)).unwrap(), Some(c));
+        assert_eq!(decode_cursor("").unwrap(), None);
+        for bad in ["!!!", "bm9jb2xvbg", &URL_SAFE_NO_PAD.encode("x:abc")] {
+            assert_eq!(field_of(decode_cursor(bad).unwrap_err()), "page_token");
+        }
+    }
+
+    #[test]
+    fn unknown_status_filters_are_refused() {
+        assert_eq!(status_filter(0).unwrap(), None);
+        assert_eq!(status_filter(3).unwrap(), Some(SagaStatus::Completed));
+        assert_eq!(field_of(status_filter(99).unwrap_err()), "status");
+    }
+}

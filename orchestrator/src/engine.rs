@@ -1,0 +1,339 @@
+//! The saga engine: a pure state machine.
+//!
+//! It knows nothing about gRPC or storage. Given a persisted [`Saga`] it says
+//! what to do next ([`next`]); given the outcome of that work it moves the
+//! saga on ([`record`]), appending to its history. Recovery after a crash is
+//! therefore just "load the saga, ask [`next`]".
+//!
+//! Rules:
+//! - Forward steps run in definition order; step *i+1* starts only after step
+//!   *i*'s success is recorded. Recording an outcome also records the intent
+//!   of the next step (status `Running`), so a single store write persists
+//!   both before the next RPC is sent.
+//! - A refused step applied nothing: it is not compensated; every earlier
+//!   succeeded step is, in reverse order. A step whose outcome stayed unknown
+//!   (retry budget exhausted) *is* compensated too — the participant's
+//!   barrier makes compensating a never-applied action a safe no-op.
+//! - Compensations are retried; if their budget runs out the saga is
+//!   `Failed` and waits for a person (RetrySaga).
+
+use crate::saga::{Order, Saga, SagaStatus, Step, StepStatus, Transition};
+
+/// A saga type: its steps in forward order.
+#[derive(Debug, Clone, Copy)]
+pub struct SagaDefinition {
+    pub steps: &'static [StepDefinition],
+}
+
+/// One step: its name and the participant operations that do and undo it.
+#[derive(Debug, Clone, Copy)]
+pub struct StepDefinition {
+    pub name: &'static str,
+    pub action: &'static str,
+    pub compensation: &'static str,
+}
+
+/// What the executor must do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Send step `i`'s action.
+    Act(usize),
+    /// Send step `i`'s compensation.
+    Compensate(usize),
+    /// Terminal: nothing to do.
+    Done,
+}
+
+/// What happened to the work [`next`] asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The action was applied.
+    Succeeded,
+    /// The participant refused the action for a business reason.
+    Refused(String),
+    /// This attempt failed transiently; another attempt follows.
+    Retrying(String),
+    /// The attempt budget is spent and the outcome is unknown: compensate.
+    GaveUp(String),
+    /// The compensation is confirmed.
+    Compensated,
+    /// The compensation attempt failed; another attempt follows.
+    CompensationRetrying(String),
+    /// The compensation budget is spent: the saga needs attention.
+    CompensationGaveUp(String),
+}
+
+/// Creates a saga of `definition` whose first step's intent is recorded, so
+/// the creating write is also the intent of the first action.
+pub fn start(
+    definition: &SagaDefinition,
+    saga_id: String,
+    request_id: String,
+    fingerprint: String,
+    order: Order,
+    now_ms: i64,
+) -> Saga {
+    let steps = definition
+        .steps
+        .iter()
+        .map(|d| Step {
+            name: d.name.to_owned(),
+            action: d.action.to_owned(),
+            compensation: d.compensation.to_owned(),
+            status: StepStatus::Pending,
+            request_id: format!("{saga_id}:{}", d.name),
+            attempts: 0,
+            compensation_attempts: 0,
+            last_error: None,
+            started_at_ms: None,
+            finished_at_ms: None,
+        })
+        .collect();
+    let mut saga = Saga {
+        saga_id,
+        request_id,
+        fingerprint,
+        order,
+        status: SagaStatus::Running,
+        steps,
+        history: Vec::new(),
+        reason: None,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        version: 0,
+    };
+    saga.history.push(Transition {
+        at_ms: now_ms,
+        step: None,
+        from: String::new(),
+        to: SagaStatus::Running.as_str().to_owned(),
+        detail: "saga created".to_owned(),
+    });
+    begin_next_action(&mut saga, 0, now_ms);
+    saga
+}
+
+/// What to do next for `saga`.
+pub fn next(saga: &Saga) -> Next {
+    match saga.status {
+        SagaStatus::Running => saga
+            .steps
+            .iter()
+            .position(|s| s.status != StepStatus::Succeeded)
+            .map_or(Next::Done, Next::Act),
+        SagaStatus::Compensating => next_compensation(saga).map_or(Next::Done, Next::Compensate),
+        SagaStatus::Completed | SagaStatus::Cancelled | SagaStatus::Failed => Next::Done,
+    }
+}
+
+/// The last step whose effect may exist and is not yet compensated.
+fn next_compensation(saga: &Saga) -> Option<usize> {
+    saga.steps.iter().rposition(|s| {
+        matches!(
+            s.status,
+            StepStatus::Succeeded | StepStatus::Running | StepStatus::Compensating
+        )
+    })
+}
+
+/// Applies the outcome of the work [`next`] returned. Outcomes that do not
+/// fit the current state (a stale caller) are ignored, which keeps the
+/// machine total.
+pub fn record(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
+    if next(saga) != work {
+        return;
+    }
+    let transitions = saga.history.len();
+    apply(saga, work, outcome, now_ms);
+    if saga.history.len() != transitions {
+        saga.updated_at_ms = now_ms;
+    }
+}
+
+fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
+    match (work, outcome) {
+        (Next::Act(i), Outcome::Succeeded) => {
+            finish_step(saga, i, StepStatus::Succeeded, None, now_ms);
+            if i + 1 < saga.steps.len() {
+                begin_next_action(saga, i + 1, now_ms);
+            } else {
+                set_status(saga, SagaStatus::Completed, "every step succeeded", now_ms);
+            }
+        }
+        (Next::Act(i), Outcome::Refused(reason)) => {
+            finish_step(saga, i, StepStatus::Refused, Some(&reason), now_ms);
+            start_compensating(saga, i, reason, now_ms);
+        }
+        (Next::Act(i), Outcome::Retrying(error)) => {
+            let step = &mut saga.steps[i];
+            step.attempts = step.attempts.saturating_add(1);
+            step.last_error = Some(error.clone());
+            push(
+                saga,
+                Some(i),
+                "running",
+                "running",
+                format!("attempt failed, retrying: {error}"),
+                now_ms,
+            );
+        }
+        (Next::Act(i), Outcome::GaveUp(error)) => {
+            let reason = format!(
+                "{} gave up after {} attempts: {error}",
+                saga.steps[i].action, saga.steps[i].attempts
+            );
+            saga.steps[i].last_error = Some(error);
+            start_compensating(saga, i, reason, now_ms);
+        }
+        (Next::Compensate(i), Outcome::Compensated) => {
+            if saga.steps[i].status != StepStatus::Compensating {
+                begin_compensation(saga, i, now_ms);
+            }
+            finish_step(saga, i, StepStatus::Compensated, None, now_ms);
+            match next_compensation(saga) {
+                Some(j) => begin_compensation(saga, j, now_ms),
+                None => set_status(
+                    saga,
+                    SagaStatus::Cancelled,
+                    "every applied step is compensated",
+                    now_ms,
+                ),
+            }
+        }
+        (Next::Compensate(i), Outcome::CompensationRetrying(error)) => {
+            if saga.steps[i].status != StepStatus::Compensating {
+                begin_compensation(saga, i, now_ms);
+            }
+            let step = &mut saga.steps[i];
+            step.compensation_attempts = step.compensation_attempts.saturating_add(1);
+            step.last_error = Some(error.clone());
+            push(
+                saga,
+                Some(i),
+                "compensating",
+                "compensating",
+                format!("attempt failed, retrying: {error}"),
+                now_ms,
+            );
+        }
+        (Next::Compensate(i), Outcome::CompensationGaveUp(error)) => {
+            let step = &mut saga.steps[i];
+            step.last_error = Some(error.clone());
+            let detail = format!("{} could not be completed: {error}", step.compensation);
+            saga.reason = Some(detail.clone());
+            set_status(saga, SagaStatus::Failed, &detail, now_ms);
+        }
+        // An outcome that does not belong to the work (e.g. Compensated for
+        // an action) is a caller bug; ignoring it keeps the state valid.
+        _ => {}
+    }
+}
+
+/// Makes a Failed saga resumable: its compensations get a fresh budget.
+/// Returns false when the saga is not Failed.
+pub fn resume(saga: &mut Saga, now_ms: i64) -> bool {
+    if saga.status != SagaStatus::Failed {
+        return false;
+    }
+    for step in &mut saga.steps {
+        step.compensation_attempts = 0;
+    }
+    saga.updated_at_ms = now_ms;
+    set_status(
+        saga,
+        SagaStatus::Compensating,
+        "resumed by RetrySaga",
+        now_ms,
+    );
+    if let Some(i) = next_compensation(saga) {
+        begin_compensation(saga, i, now_ms);
+    }
+    true
+}
+
+fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i64) {
+    for later in saga.steps.iter_mut().skip(failed + 1) {
+        later.status = StepStatus::Skipped;
+    }
+    saga.reason = Some(reason.clone());
+    match next_compensation(saga) {
+        Some(j) => {
+            set_status(saga, SagaStatus::Compensating, &reason, now_ms);
+            begin_compensation(saga, j, now_ms);
+        }
+        None => set_status(
+            saga,
+            SagaStatus::Cancelled,
+            &format!("{reason}; nothing to compensate"),
+            now_ms,
+        ),
+    }
+}
+
+fn begin_next_action(saga: &mut Saga, i: usize, now_ms: i64) {
+    let step = &mut saga.steps[i];
+    step.status = StepStatus::Running;
+    step.attempts = 1;
+    step.started_at_ms = Some(now_ms);
+    push(
+        saga,
+        Some(i),
+        "pending",
+        "running",
+        "intent recorded".to_owned(),
+        now_ms,
+    );
+}
+
+fn begin_compensation(saga: &mut Saga, i: usize, now_ms: i64) {
+    let step = &mut saga.steps[i];
+    let from = step.status.as_str();
+    step.status = StepStatus::Compensating;
+    step.compensation_attempts = step.compensation_attempts.max(1);
+    push(
+        saga,
+        Some(i),
+        from,
+        "compensating",
+        "compensation intent recorded".to_owned(),
+        now_ms,
+    );
+}
+
+fn finish_step(saga: &mut Saga, i: usize, status: StepStatus, error: Option<&str>, now_ms: i64) {
+    let step = &mut saga.steps[i];
+    let from = step.status.as_str();
+    step.status = status;
+    step.finished_at_ms = Some(now_ms);
+    if let Some(error) = error {
+        step.last_error = Some(error.to_owned());
+    }
+    push(
+        saga,
+        Some(i),
+        from,
+        status.as_str(),
+        error.unwrap_or_default().to_owned(),
+        now_ms,
+    );
+}
+
+fn set_status(saga: &mut Saga, status: SagaStatus, detail: &str, now_ms: i64) {
+    let from = saga.status.as_str();
+    saga.status = status;
+    push(saga, None, from, status.as_str(), detail.to_owned(), now_ms);
+}
+
+fn push(saga: &mut Saga, step: Option<usize>, from: &str, to: &str, detail: String, now_ms: i64) {
+    let step = step.map(|i| saga.steps[i].name.clone());
+    saga.history.push(Transition {
+        at_ms: now_ms,
+        step,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        detail,
+    });
+}
+
+#[cfg(test)]
+mod tests;

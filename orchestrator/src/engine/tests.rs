@@ -1,0 +1,169 @@
+//! The engine's rules, one scenario per test.
+
+use super::*;
+use crate::saga::OrderItem;
+
+const TWO_STEPS: SagaDefinition = SagaDefinition {
+    steps: &[
+        StepDefinition {
+            name: "payment",
+            action: "charge",
+            compensation: "refund",
+        },
+        StepDefinition {
+            name: "inventory",
+            action: "deduct",
+            compensation: "restock",
+        },
+    ],
+};
+
+fn saga() -> Saga {
+    let order = Order {
+        order_id: "o1".into(),
+        customer_id: "alice".into(),
+        items: vec![OrderItem {
+            product_id: "sku".into(),
+            quantity: 1,
+            unit_price_cents: 5,
+        }],
+        total_cents: 5,
+    };
+    start(&TWO_STEPS, "s1".into(), "r1".into(), "fp".into(), order, 1)
+}
+
+fn statuses(s: &Saga) -> Vec<StepStatus> {
+    s.steps.iter().map(|s| s.status).collect()
+}
+
+#[test]
+fn a_new_saga_records_the_intent_of_its_first_step_with_stable_request_ids() {
+    let s = saga();
+    assert_eq!(s.status, SagaStatus::Running);
+    assert_eq!(statuses(&s), [StepStatus::Running, StepStatus::Pending]);
+    assert_eq!(s.steps[0].request_id, "s1:payment");
+    assert_eq!(s.steps[1].request_id, "s1:inventory");
+    assert_eq!(next(&s), Next::Act(0));
+}
+
+#[test]
+fn happy_path_runs_steps_in_order_and_completes() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    assert_eq!(statuses(&s), [StepStatus::Succeeded, StepStatus::Running]);
+    assert_eq!(next(&s), Next::Act(1));
+    record(&mut s, Next::Act(1), Outcome::Succeeded, 3);
+    assert_eq!(s.status, SagaStatus::Completed);
+    assert_eq!(next(&s), Next::Done);
+    assert_eq!(s.history.last().map(|t| t.to.as_str()), Some("completed"));
+}
+
+#[test]
+fn refusal_of_the_first_step_cancels_with_nothing_to_compensate() {
+    let mut s = saga();
+    record(
+        &mut s,
+        Next::Act(0),
+        Outcome::Refused("insufficient funds".into()),
+        2,
+    );
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(statuses(&s), [StepStatus::Refused, StepStatus::Skipped]);
+    assert!(
+        s.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("insufficient funds")
+    );
+}
+
+#[test]
+fn refusal_of_a_later_step_compensates_earlier_steps_in_reverse() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(1), Outcome::Refused("short".into()), 3);
+    assert_eq!(s.status, SagaStatus::Compensating);
+    assert_eq!(
+        statuses(&s),
+        [StepStatus::Compensating, StepStatus::Refused]
+    );
+    assert_eq!(next(&s), Next::Compensate(0));
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 4);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(statuses(&s), [StepStatus::Compensated, StepStatus::Refused]);
+}
+
+#[test]
+fn a_step_whose_outcome_is_unknown_is_compensated_too_before_earlier_ones() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(
+        &mut s,
+        Next::Act(1),
+        Outcome::Retrying("unavailable".into()),
+        3,
+    );
+    assert_eq!(s.steps[1].attempts, 2);
+    record(
+        &mut s,
+        Next::Act(1),
+        Outcome::GaveUp("unavailable".into()),
+        4,
+    );
+    assert_eq!(next(&s), Next::Compensate(1));
+    record(&mut s, Next::Compensate(1), Outcome::Compensated, 5);
+    assert_eq!(next(&s), Next::Compensate(0));
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 6);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+}
+
+#[test]
+fn exhausted_compensation_fails_the_saga_and_resume_finishes_it() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(1), Outcome::Refused("short".into()), 3);
+    record(
+        &mut s,
+        Next::Compensate(0),
+        Outcome::CompensationRetrying("down".into()),
+        4,
+    );
+    assert_eq!(s.steps[0].compensation_attempts, 2);
+    record(
+        &mut s,
+        Next::Compensate(0),
+        Outcome::CompensationGaveUp("down".into()),
+        5,
+    );
+    assert_eq!(s.status, SagaStatus::Failed);
+    assert_eq!(next(&s), Next::Done);
+    assert!(resume(&mut s, 6));
+    assert_eq!(s.steps[0].compensation_attempts, 1);
+    assert_eq!(next(&s), Next::Compensate(0));
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 7);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert!(!resume(&mut s, 8));
+}
+
+#[test]
+fn stale_or_mismatched_outcomes_change_nothing() {
+    let mut s = saga();
+    let before = s.clone();
+    record(&mut s, Next::Act(1), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(0), Outcome::Compensated, 2);
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 2);
+    assert_eq!(s, before);
+}
+
+#[test]
+fn history_is_append_only_and_names_steps() {
+    let mut s = saga();
+    let first = s.history.clone();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    assert_eq!(&s.history[..first.len()], &first[..]);
+    assert!(
+        s.history
+            .iter()
+            .any(|t| t.step.as_deref() == Some("payment") && t.to == "succeeded")
+    );
+}

@@ -1,0 +1,166 @@
+//! `saga.v1` adapters: OrderService and SagaService over [`Orchestrator`].
+//! They validate and convert (see [`crate::convert`]) and map errors to
+//! status codes; the use cases live in [`crate::app`].
+
+use crate::app::{AppError, Orchestrator};
+use crate::convert;
+use saga_proto::saga::v1 as pb;
+use service_kit::validate;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+/// Default and largest ListSagas page.
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 500;
+
+impl From<AppError> for Status {
+    fn from(e: AppError) -> Status {
+        let message = e.to_string();
+        match e {
+            AppError::RequestIdReused(_) => Status::already_exists(message),
+            AppError::NotFound(_) => Status::not_found(message),
+            AppError::Store(crate::store::StoreError::Conflict { .. }) => Status::aborted(message),
+            AppError::Store(_) => Status::unavailable(message),
+        }
+    }
+}
+
+/// `saga.v1.OrderService`.
+pub struct OrderApi {
+    app: Arc<Orchestrator>,
+    /// Longest a `wait` call is held when the client set no deadline.
+    max_wait: Duration,
+}
+
+impl OrderApi {
+    pub fn new(app: Arc<Orchestrator>, max_wait: Duration) -> Self {
+        OrderApi { app, max_wait }
+    }
+}
+
+/// Reads the client's deadline (`grpc-timeout` header: digits and a unit).
+pub fn client_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let raw = metadata.get("grpc-timeout")?.to_str().ok()?;
+    if raw.len() < 2 {
+        return None;
+    }
+    let (digits, unit) = raw.split_at(raw.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[tonic::async_trait]
+impl pb::order_service_server::OrderService for OrderApi {
+    async fn create_order(
+        &self,
+        request: Request<pb::CreateOrderRequest>,
+    ) -> Result<Response<pb::CreateOrderResponse>, Status> {
+        // Reply a little before the client's deadline, so it gets the state
+        // rather than DEADLINE_EXCEEDED.
+        let wait_for = client_timeout(request.metadata())
+            .map(|t| {
+                t.saturating_sub(t / 10)
+                    .saturating_sub(Duration::from_millis(20))
+            })
+            .unwrap_or(self.max_wait)
+            .min(self.max_wait);
+        let r = request.into_inner();
+        let wait = r.wait;
+        let order = convert::new_order(r)?;
+        let wait_until = wait.then(|| Instant::now() + wait_for);
+        let placed = self.app.create_order(order, wait_until).await?;
+        let saga = placed.saga;
+        Ok(Response::new(pb::CreateOrderResponse {
+            saga_id: saga.saga_id.clone(),
+            order_id: saga.order.order_id.clone(),
+            status: convert::saga_status(saga.status).into(),
+            created: placed.created,
+            saga: wait.then(|| convert::saga(saga)),
+        }))
+    }
+}
+
+/// `saga.v1.SagaService`.
+pub struct SagaApi {
+    app: Arc<Orchestrator>,
+}
+
+impl SagaApi {
+    pub fn new(app: Arc<Orchestrator>) -> Self {
+        SagaApi { app }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::saga_service_server::SagaService for SagaApi {
+    async fn get_saga(
+        &self,
+        request: Request<pb::GetSagaRequest>,
+    ) -> Result<Response<pb::Saga>, Status> {
+        use pb::get_saga_request::Lookup;
+        let saga = match request.into_inner().lookup {
+            Some(Lookup::SagaId(id)) => {
+                validate::id("saga_id", &id)?;
+                self.app.get(&id).await?
+            }
+            Some(Lookup::RequestId(id)) => {
+                validate::id("request_id", &id)?;
+                self.app.get_by_request_id(&id).await?
+            }
+            None => return Err(validate::invalid("saga_id", "set saga_id or request_id")),
+        };
+        Ok(Response::new(convert::saga(saga)))
+    }
+
+    async fn list_sagas(
+        &self,
+        request: Request<pb::ListSagasRequest>,
+    ) -> Result<Response<pb::ListSagasResponse>, Status> {
+        let r = request.into_inner();
+        let status = convert::status_filter(r.status)?;
+        let page_size = validate::limit("page_size", r.page_size, DEFAULT_PAGE, MAX_PAGE)?;
+        let after = convert::decode_cursor(&r.page_token)?;
+        let page = self.app.list(status, page_size, after).await?;
+        Ok(Response::new(pb::ListSagasResponse {
+            next_page_token: page
+                .next
+                .as_ref()
+                .map(convert::encode_cursor)
+                .unwrap_or_default(),
+            sagas: page.sagas.into_iter().map(convert::saga).collect(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_headers_are_parsed() {
+        let mut m = MetadataMap::new();
+        assert_eq!(client_timeout(&m), None);
+        for (raw, expected) in [
+            ("5S", Duration::from_secs(5)),
+            ("250m", Duration::from_millis(250)),
+            ("2M", Duration::from_secs(120)),
+            ("100u", Duration::from_micros(100)),
+        ] {
+            m.insert("grpc-timeout", raw.parse().unwrap());
+            assert_eq!(client_timeout(&m), Some(expected));
+        }
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(client_timeout(&m), None);
+    }
+}

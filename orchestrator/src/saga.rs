@@ -1,0 +1,165 @@
+//! The saga as data: what is persisted, inspected and resumed.
+//!
+//! These are plain domain types (serde for storage, no wire or database
+//! types). A saga carries everything needed to continue it after a crash:
+//! the order, each step's stable request id and status, and an append-only
+//! history of transitions.
+
+use serde::{Deserialize, Serialize};
+
+/// One line of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderItem {
+    pub product_id: String,
+    pub quantity: i64,
+    pub unit_price_cents: i64,
+}
+
+/// The business payload the order saga moves through the participants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub customer_id: String,
+    pub items: Vec<OrderItem>,
+    /// Σ quantity × unit price, computed with overflow checks at creation.
+    pub total_cents: i64,
+}
+
+/// Where a saga stands as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SagaStatus {
+    /// Forward steps are being executed.
+    Running,
+    /// A step failed; earlier steps are being undone in reverse order.
+    Compensating,
+    /// Every step succeeded.
+    Completed,
+    /// A step was refused and every applied step is compensated.
+    Cancelled,
+    /// A compensation could not be completed within its budget: needs a
+    /// person, then RetrySaga.
+    Failed,
+}
+
+impl SagaStatus {
+    /// Completed, Cancelled and Failed need nothing more from the engine.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            SagaStatus::Completed | SagaStatus::Cancelled | SagaStatus::Failed
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SagaStatus::Running => "running",
+            SagaStatus::Compensating => "compensating",
+            SagaStatus::Completed => "completed",
+            SagaStatus::Cancelled => "cancelled",
+            SagaStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => SagaStatus::Running,
+            "compensating" => SagaStatus::Compensating,
+            "completed" => SagaStatus::Completed,
+            "cancelled" => SagaStatus::Cancelled,
+            "failed" => SagaStatus::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// Where one step stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Not started.
+    Pending,
+    /// Intent persisted: the action is being (or may have been) sent.
+    Running,
+    /// The participant applied the action.
+    Succeeded,
+    /// The participant refused the action (nothing was applied).
+    Refused,
+    /// Intent persisted: the compensation is being sent.
+    Compensating,
+    /// The compensation is confirmed.
+    Compensated,
+    /// Never started because an earlier step failed.
+    Skipped,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Running => "running",
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Refused => "refused",
+            StepStatus::Compensating => "compensating",
+            StepStatus::Compensated => "compensated",
+            StepStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// One step of a saga instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Step name from the definition, e.g. `payment`.
+    pub name: String,
+    /// Action and compensation names, e.g. `charge` / `refund`.
+    pub action: String,
+    pub compensation: String,
+    pub status: StepStatus,
+    /// Stable idempotency key sent to the participant for both the action
+    /// and its compensation: `<saga_id>:<name>`.
+    pub request_id: String,
+    pub attempts: u32,
+    pub compensation_attempts: u32,
+    pub last_error: Option<String>,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+}
+
+/// One entry of the append-only history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub at_ms: i64,
+    /// None for saga-level transitions.
+    pub step: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub detail: String,
+}
+
+/// A saga instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saga {
+    pub saga_id: String,
+    /// The client's CreateOrder idempotency key (unique).
+    pub request_id: String,
+    /// Digest of the CreateOrder parameters, to refuse a reused request_id.
+    pub fingerprint: String,
+    pub order: Order,
+    pub status: SagaStatus,
+    pub steps: Vec<Step>,
+    pub history: Vec<Transition>,
+    /// Why the saga is compensating, cancelled or failed.
+    pub reason: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    /// Optimistic-concurrency version: every store update requires the
+    /// version it read and increments it.
+    pub version: u64,
+}
+
+impl Saga {
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+}

@@ -1,0 +1,83 @@
+//! Saga storage, in domain terms.
+//!
+//! The trait is what the executor and the gRPC adapter see; backends (the
+//! embedded SQLite store here, MongoDB in production) implement it and pass
+//! the same conformance tests. Guarantees every backend must give:
+//! - `create` relies on a unique key on `request_id` (never check-then-insert),
+//!   so concurrent duplicates yield exactly one saga;
+//! - `save` is an optimistic-concurrency update: it succeeds only if the
+//!   stored version is the one the caller read, so two writers can never both
+//!   advance one saga.
+
+mod sqlite;
+
+pub use sqlite::SqliteSagaStore;
+
+use crate::saga::{Saga, SagaStatus};
+use async_trait::async_trait;
+
+/// Why a store call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The saga changed since it was read (another writer advanced it).
+    #[error("saga {saga_id} was modified concurrently (expected version {expected})")]
+    Conflict { saga_id: String, expected: u64 },
+    /// The store is unreachable or failed; retry later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data cannot be decoded.
+    #[error("stored saga is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Result of [`SagaStore::create`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// The saga was inserted.
+    New,
+    /// A saga with the same request id already existed; here it is.
+    Existing(Box<Saga>),
+}
+
+/// A position in the newest-first listing: (created_at_ms, saga_id) of the
+/// last saga returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub created_at_ms: i64,
+    pub saga_id: String,
+}
+
+/// One page of ListSagas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub sagas: Vec<Saga>,
+    /// Where the next page starts; None on the last page.
+    pub next: Option<Cursor>,
+}
+
+/// Saga storage.
+#[async_trait]
+pub trait SagaStore: Send + Sync + 'static {
+    /// Inserts `saga` as given (new sagas carry version 1), unless a saga
+    /// with the same `request_id` exists: then that one is returned.
+    async fn create(&self, saga: &Saga) -> Result<Created, StoreError>;
+
+    /// Replaces the stored saga if its version is `saga.version - 1`.
+    async fn save(&self, saga: &Saga) -> Result<(), StoreError>;
+
+    async fn get(&self, saga_id: &str) -> Result<Option<Saga>, StoreError>;
+
+    async fn get_by_request_id(&self, request_id: &str) -> Result<Option<Saga>, StoreError>;
+
+    /// Newest first, optionally only one status, starting after `after`.
+    async fn list(
+        &self,
+        status: Option<SagaStatus>,
+        page_size: usize,
+        after: Option<Cursor>,
+    ) -> Result<Page, StoreError>;
+
+    /// Sagas that are not terminal (Running or Compensating), oldest first:
+    /// what recovery resumes.
+    async fn unfinished(&self, limit: usize) -> Result<Vec<Saga>, StoreError>;
+}
