@@ -33,7 +33,7 @@ pub async fn serve(
     let service = InventoryServiceServer::new(grpc::InventoryApi::new(store));
     let routes = tonic::service::Routes::new(service);
     let routes =
-        server::with_standard_services::<InventoryServiceServer<grpc::InventoryApi>>(routes)
+        server::with_standard_services::<InventoryServiceServer<grpc::InventoryApi>>(routes, &[])
             .await?;
     server::serve(routes, listener, shutdown).await
 }

@@ -91,8 +91,11 @@ pub async fn serve(
         settings.max_wait,
     )))
     .add_service(SagaServiceServer::new(grpc::SagaApi::new(app)));
-    let routes =
-        server::with_standard_services::<OrderServiceServer<grpc::OrderApi>>(routes).await?;
+    let routes = server::with_standard_services::<OrderServiceServer<grpc::OrderApi>>(
+        routes,
+        &[<SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME],
+    )
+    .await?;
     server::serve(routes, listener, shutdown).await
 }
 

@@ -31,6 +31,7 @@ pub async fn serve(
     let service = PaymentServiceServer::new(grpc::PaymentApi::new(store));
     let routes = tonic::service::Routes::new(service);
     let routes =
-        server::with_standard_services::<PaymentServiceServer<grpc::PaymentApi>>(routes).await?;
+        server::with_standard_services::<PaymentServiceServer<grpc::PaymentApi>>(routes, &[])
+            .await?;
     server::serve(routes, listener, shutdown).await
 }

@@ -32,11 +32,22 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 /// Adds reflection and health to `routes` and marks service `S` as serving.
-pub async fn with_standard_services<S: NamedService>(routes: Routes) -> Result<Routes, ServeError> {
+/// Reflection advertises `S`, the other `served` services and health — not
+/// every service in the shared descriptor set.
+pub async fn with_standard_services<S: NamedService>(
+    routes: Routes,
+    served: &[&str],
+) -> Result<Routes, ServeError> {
     let reflection = || {
-        tonic_reflection::server::Builder::configure()
+        let mut builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(saga_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(S::NAME)
+            .with_service_name("grpc.health.v1.Health");
+        for name in served {
+            builder = builder.with_service_name(*name);
+        }
+        builder
     };
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<S>().await;

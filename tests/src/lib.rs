@@ -1,1 +1,329 @@
-//! stub
+//! Test harness: starts the real services on ephemeral ports with real
+//! embedded stores in a directory the test owns, and gives typed clients.
+//!
+//! Each service runs on its own [`Shutdown`], so a test can stop and restart
+//! one of them on the same port and data directory.
+
+use inventory_svc::store::SqliteInventoryStore;
+use orchestrator::executor::RetryPolicy;
+use orchestrator::order_saga::OrderParticipants;
+use orchestrator::store::SqliteSagaStore;
+use payment_svc::store::SqlitePaymentStore;
+use saga_proto::inventory::v1 as inventory;
+use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use saga_proto::payment::v1 as payment;
+use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use saga_proto::saga::v1 as saga;
+use saga_proto::saga::v1::order_service_client::OrderServiceClient;
+use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+use service_kit::embedded::Durability;
+use service_kit::shutdown::Shutdown;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// One running service.
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: Shutdown,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the service and waits until it no longer serves.
+    pub async fn stop(self) {
+        self.shutdown.trigger();
+        let _ = self.task.await;
+    }
+}
+
+/// Which service to start and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Payment,
+    Inventory,
+}
+
+async fn listener(addr: SocketAddr) -> tokio::net::TcpListener {
+    // A restarted service rebinds its old port; the previous listener was
+    // just closed, so retry briefly.
+    for _ in 0..50 {
+        if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("cannot bind {addr}");
+}
+
+fn any_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// Starts payment-svc or inventory-svc with its store in `dir`.
+pub async fn start_participant(service: Service, dir: &Path, addr: Option<SocketAddr>) -> Running {
+    let listener = listener(addr.unwrap_or_else(any_port)).await;
+    let addr = listener.local_addr().expect("local addr");
+    let shutdown = Shutdown::new();
+    let stop = shutdown.clone();
+    let task = match service {
+        Service::Payment => {
+            let store = SqlitePaymentStore::open(&dir.join("payment.db"), Durability::Process)
+                .expect("open payment");
+            tokio::spawn(async move {
+                payment_svc::serve(Arc::new(store), listener, stop)
+                    .await
+                    .expect("payment serve");
+            })
+        }
+        Service::Inventory => {
+            let store = SqliteInventoryStore::open(&dir.join("inventory.db"), Durability::Process)
+                .expect("open inventory");
+            tokio::spawn(async move {
+                inventory_svc::serve(Arc::new(store), listener, stop)
+                    .await
+                    .expect("inventory serve");
+            })
+        }
+    };
+    Running {
+        addr,
+        shutdown,
+        task,
+    }
+}
+
+/// Retry settings that keep tests fast.
+pub fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        action_attempts: 5,
+        compensation_attempts: 30,
+        min_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(100),
+    }
+}
+
+/// Starts the orchestrator with its store in `dir`, calling the given
+/// participants.
+pub async fn start_orchestrator(
+    dir: &Path,
+    payment: SocketAddr,
+    inventory: SocketAddr,
+    retry: RetryPolicy,
+    addr: Option<SocketAddr>,
+) -> Running {
+    let listener = listener(addr.unwrap_or_else(any_port)).await;
+    let addr = listener.local_addr().expect("local addr");
+    let store = SqliteSagaStore::open(&dir.join("orchestrator.db"), Durability::Process)
+        .expect("open sagas");
+    let invoker = OrderParticipants::new(
+        orchestrator::participant_channel(&format!("http://{payment}")).expect("payment channel"),
+        orchestrator::participant_channel(&format!("http://{inventory}"))
+            .expect("inventory channel"),
+        Duration::from_secs(2),
+    );
+    let settings = orchestrator::Settings {
+        retry,
+        max_wait: Duration::from_secs(20),
+    };
+    let shutdown = Shutdown::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        orchestrator::serve(Arc::new(store), Arc::new(invoker), settings, listener, stop)
+            .await
+            .expect("orchestrator serve");
+    });
+    Running {
+        addr,
+        shutdown,
+        task,
+    }
+}
+
+/// All three services over one temp dir.
+pub struct Stack {
+    pub dir: tempfile::TempDir,
+    pub payment: Running,
+    pub inventory: Running,
+    pub orchestrator: Running,
+}
+
+impl Stack {
+    pub async fn start() -> Stack {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let payment = start_participant(Service::Payment, dir.path(), None).await;
+        let inventory = start_participant(Service::Inventory, dir.path(), None).await;
+        let orchestrator =
+            start_orchestrator(dir.path(), payment.addr, inventory.addr, fast_retry(), None).await;
+        Stack {
+            dir,
+            payment,
+            inventory,
+            orchestrator,
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    pub async fn orders(&self) -> OrderServiceClient<Channel> {
+        OrderServiceClient::new(channel(self.orchestrator.addr).await)
+    }
+
+    pub async fn sagas(&self) -> SagaServiceClient<Channel> {
+        SagaServiceClient::new(channel(self.orchestrator.addr).await)
+    }
+
+    pub async fn payments(&self) -> PaymentServiceClient<Channel> {
+        PaymentServiceClient::new(channel(self.payment.addr).await)
+    }
+
+    pub async fn inventory(&self) -> InventoryServiceClient<Channel> {
+        InventoryServiceClient::new(channel(self.inventory.addr).await)
+    }
+
+    /// Gives `customer` an account holding `cents`.
+    pub async fn deposit(&self, customer: &str, cents: i64) {
+        self.payments()
+            .await
+            .deposit(payment::DepositRequest {
+                request_id: format!("deposit-{customer}-{cents}"),
+                customer_id: customer.into(),
+                amount_cents: cents,
+            })
+            .await
+            .expect("deposit");
+    }
+
+    /// Puts `units` of `product` in stock.
+    pub async fn add_stock(&self, product: &str, units: i64) {
+        self.inventory()
+            .await
+            .add_stock(inventory::AddStockRequest {
+                request_id: format!("stock-{product}-{units}"),
+                product_id: product.into(),
+                quantity: units,
+            })
+            .await
+            .expect("add stock");
+    }
+
+    pub async fn balance(&self, customer: &str) -> i64 {
+        balance(self.payment.addr, customer).await
+    }
+
+    pub async fn stock(&self, product: &str) -> i64 {
+        stock(self.inventory.addr, product).await
+    }
+
+    /// CreateOrder with `wait`.
+    pub async fn order(
+        &self,
+        request_id: &str,
+        customer: &str,
+        items: &[(&str, i64, i64)],
+    ) -> Result<saga::CreateOrderResponse, tonic::Status> {
+        self.orders()
+            .await
+            .create_order(order_request(request_id, customer, items, true))
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn stop(self) -> tempfile::TempDir {
+        self.orchestrator.stop().await;
+        self.payment.stop().await;
+        self.inventory.stop().await;
+        self.dir
+    }
+}
+
+/// A CreateOrder request; items are (product, quantity, unit price).
+pub fn order_request(
+    request_id: &str,
+    customer: &str,
+    items: &[(&str, i64, i64)],
+    wait: bool,
+) -> saga::CreateOrderRequest {
+    saga::CreateOrderRequest {
+        request_id: request_id.into(),
+        customer_id: customer.into(),
+        items: items
+            .iter()
+            .map(|(p, q, c)| saga::OrderItem {
+                product_id: (*p).into(),
+                quantity: *q,
+                unit_price_cents: *c,
+            })
+            .collect(),
+        wait,
+    }
+}
+
+/// A connected channel (retrying while the server starts).
+pub async fn channel(addr: SocketAddr) -> Channel {
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("endpoint");
+    for _ in 0..100 {
+        if let Ok(channel) = endpoint.connect().await {
+            return channel;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("cannot connect to {addr}");
+}
+
+pub async fn balance(payment_addr: SocketAddr, customer: &str) -> i64 {
+    PaymentServiceClient::new(channel(payment_addr).await)
+        .get_account(payment::GetAccountRequest {
+            customer_id: customer.into(),
+            operation_limit: 0,
+        })
+        .await
+        .expect("get account")
+        .into_inner()
+        .balance_cents
+}
+
+pub async fn stock(inventory_addr: SocketAddr, product: &str) -> i64 {
+    InventoryServiceClient::new(channel(inventory_addr).await)
+        .get_product(inventory::GetProductRequest {
+            product_id: product.into(),
+            operation_limit: 0,
+        })
+        .await
+        .expect("get product")
+        .into_inner()
+        .available
+}
+
+/// Polls GetSaga until the saga is terminal (or panics after `timeout`).
+pub async fn wait_terminal(addr: SocketAddr, saga_id: &str, timeout: Duration) -> saga::Saga {
+    let mut client = SagaServiceClient::new(channel(addr).await);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let s = client
+            .get_saga(saga::GetSagaRequest {
+                lookup: Some(saga::get_saga_request::Lookup::SagaId(saga_id.into())),
+            })
+            .await
+            .expect("get saga")
+            .into_inner();
+        let terminal = matches!(
+            s.status(),
+            saga::SagaStatus::Completed | saga::SagaStatus::Cancelled | saga::SagaStatus::Failed
+        );
+        if terminal {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "saga {saga_id} not terminal: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
