@@ -1,0 +1,259 @@
+//! Bad input gets INVALID_ARGUMENT naming the field, and nothing is stored.
+
+use saga_proto::saga::v1 as pb;
+use saga_tests::{Stack, order_request};
+use tonic::Code;
+
+fn item(product: &str, quantity: i64, price: i64) -> pb::OrderItem {
+    pb::OrderItem {
+        product_id: product.into(),
+        quantity,
+        unit_price_cents: price,
+    }
+}
+
+fn request(request_id: &str, customer: &str, items: Vec<pb::OrderItem>) -> pb::CreateOrderRequest {
+    pb::CreateOrderRequest {
+        request_id: request_id.into(),
+        customer_id: customer.into(),
+        items,
+        wait: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_create_orders_name_the_field_and_store_nothing() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let ok = || vec![item("sku-apple", 1, 100)];
+    let long = "x".repeat(129);
+    let cases: Vec<(pb::CreateOrderRequest, &str)> = vec![
+        (request("", "alice", ok()), "request_id"),
+        (request(&long, "alice", ok()), "request_id"),
+        (request("r", "", ok()), "customer_id"),
+        (request("r", &long, ok()), "customer_id"),
+        (request("r", "alice", vec![]), "items"),
+        (
+            request("r", "alice", vec![item("sku-apple", 1, 1); 101]),
+            "items",
+        ),
+        (
+            request("r", "alice", vec![item("", 1, 1)]),
+            "items[0].product_id",
+        ),
+        (
+            request(
+                "r",
+                "alice",
+                vec![item("sku-apple", 1, 1), item(&long, 1, 1)],
+            ),
+            "items[1].product_id",
+        ),
+        (
+            request("r", "alice", vec![item("sku-apple", 0, 1)]),
+            "items[0].quantity",
+        ),
+        (
+            request("r", "alice", vec![item("sku-apple", -3, 1)]),
+            "items[0].quantity",
+        ),
+        (
+            request("r", "alice", vec![item("sku-apple", 1, 0)]),
+            "items[0].unit_price_cents",
+        ),
+        (
+            request("r", "alice", vec![item("sku-apple", 1, -100)]),
+            "items[0].unit_price_cents",
+        ),
+        (
+            request("r", "alice", vec![item("sku-apple", i64::MAX, 2)]),
+            "items[0]",
+        ),
+        (
+            request(
+                "r",
+                "alice",
+                vec![item("sku-apple", 1, i64::MAX), item("sku-apple", 1, 1)],
+            ),
+            "items",
+        ),
+        (request("r\u{0}", "alice", ok()), "request_id"),
+    ];
+    let mut orders = stack.orders().await;
+    for (req, field) in cases {
+        let err = orders
+            .create_order(req.clone())
+            .await
+            .expect_err("must be refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{req:?}: {err:?}");
+        let named = err.message().split(':').next().unwrap_or_default();
+        assert_eq!(named, field, "{}", err.message());
+    }
+    // Exactly 100 items is accepted (the limit is inclusive).
+    let hundred = orders
+        .create_order(request(
+            "r-100",
+            "alice",
+            vec![item("sku-apple", 1, 1); 100],
+        ))
+        .await
+        .expect("100 items");
+    assert_eq!(
+        hundred.into_inner().status(),
+        pb::SagaStatus::Cancelled,
+        "only 10 apples in stock"
+    );
+
+    let listed = stack
+        .sagas()
+        .await
+        .list_sagas(pb::ListSagasRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.sagas.len(), 1, "only the valid order was stored");
+    assert_eq!(stack.balance("alice").await, 1_000);
+    assert_eq!(stack.stock("sku-apple").await, 10);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_saga_queries_name_the_field() {
+    let stack = Stack::start().await;
+    let mut sagas = stack.sagas().await;
+    let cases = [
+        (
+            pb::ListSagasRequest {
+                status: 99,
+                ..Default::default()
+            },
+            "status",
+        ),
+        (
+            pb::ListSagasRequest {
+                page_token: "not-a-token".into(),
+                ..Default::default()
+            },
+            "page_token",
+        ),
+        (
+            pb::ListSagasRequest {
+                page_size: -1,
+                ..Default::default()
+            },
+            "page_size",
+        ),
+        (
+            pb::ListSagasRequest {
+                page_size: 501,
+                ..Default::default()
+            },
+            "page_size",
+        ),
+    ];
+    for (req, field) in cases {
+        let err = sagas.list_sagas(req).await.expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().starts_with(field), "{}", err.message());
+    }
+    for lookup in [
+        None,
+        Some(pb::get_saga_request::Lookup::SagaId(String::new())),
+    ] {
+        let err = sagas
+            .get_saga(pb::GetSagaRequest { lookup })
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().starts_with("saga_id"), "{}", err.message());
+    }
+    stack.stop().await;
+}
+
+/// A deterministic generator, so a failure reproduces.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[(self.next() as usize) % from.len()]
+    }
+    fn number(&mut self) -> i64 {
+        let choices = [0, 1, -1, 2, 1000, i64::MAX, i64::MIN, i64::MAX / 2, 3];
+        choices[(self.next() as usize) % choices.len()]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_input_makes_a_service_panic_or_break_its_invariants() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000_000).await;
+    stack.add_stock("sku-apple", 1_000).await;
+    let long = "é".repeat(70);
+    let strings = [
+        "",
+        "alice",
+        "sku-apple",
+        "sku-apple",
+        "r",
+        "💥",
+        long.as_str(),
+        "a\tb",
+        "ghost",
+    ];
+    let mut rng = Lcg(7);
+    let mut orders = stack.orders().await;
+    let mut ok = 0;
+    for i in 0..300 {
+        let n = (rng.next() % 4) as usize;
+        let items: Vec<_> = (0..n)
+            .map(|_| (rng.pick(&strings), rng.number(), rng.number()))
+            .collect();
+        let request_id = format!("{}{}", rng.pick(&strings), i);
+        let req = order_request(&request_id, rng.pick(&strings), &items, true);
+        match orders.create_order(req).await {
+            Ok(_) => ok += 1,
+            Err(e) => assert!(
+                matches!(e.code(), Code::InvalidArgument | Code::AlreadyExists),
+                "unexpected {e:?}"
+            ),
+        }
+    }
+    assert!(ok > 0, "some generated orders were valid");
+    // Still serving, and the books balance: what left alice's account and
+    // the shelf is exactly what her completed orders took.
+    let completed = stack
+        .sagas()
+        .await
+        .list_sagas(pb::ListSagasRequest {
+            status: pb::SagaStatus::Completed.into(),
+            page_size: 500,
+            page_token: String::new(),
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .sagas;
+    let orders: Vec<_> = completed.iter().filter_map(|s| s.order.clone()).collect();
+    let spent: i64 = orders
+        .iter()
+        .filter(|o| o.customer_id == "alice")
+        .map(|o| o.total_cents)
+        .sum();
+    let taken: i64 = orders
+        .iter()
+        .flat_map(|o| o.items.iter())
+        .filter(|i| i.product_id == "sku-apple")
+        .map(|i| i.quantity)
+        .sum();
+    assert_eq!(stack.balance("alice").await, 1_000_000 - spent);
+    assert_eq!(stack.stock("sku-apple").await, 1_000 - taken);
+    stack.stop().await;
+}

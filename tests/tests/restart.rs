@@ -1,0 +1,204 @@
+//! Restarts: data survives on the same data directory, unfinished sagas
+//! resume, and a participant that is down only delays sagas.
+
+use saga_proto::saga::v1 as pb;
+use saga_tests::{
+    Service, Stack, fast_retry, order_request, start_orchestrator, start_participant, wait_terminal,
+};
+use std::time::Duration;
+
+async fn get(addr: std::net::SocketAddr, saga_id: &str) -> pb::Saga {
+    saga_proto::saga::v1::saga_service_client::SagaServiceClient::new(
+        saga_tests::channel(addr).await,
+    )
+    .get_saga(pb::GetSagaRequest {
+        lookup: Some(pb::get_saga_request::Lookup::SagaId(saga_id.into())),
+    })
+    .await
+    .expect("get saga")
+    .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_restarted_on_the_same_data_dir_keep_their_data() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 5_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let done = stack
+        .order("keep-1", "alice", &[("sku-apple", 3, 100)])
+        .await
+        .expect("order");
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    let dir = stack.stop().await;
+
+    // Same directory, new processes' worth of state: new ports even.
+    let payment = start_participant(Service::Payment, dir.path(), None).await;
+    let inventory = start_participant(Service::Inventory, dir.path(), None).await;
+    let orchestrator =
+        start_orchestrator(dir.path(), payment.addr, inventory.addr, fast_retry(), None).await;
+    assert_eq!(saga_tests::balance(payment.addr, "alice").await, 4_700);
+    assert_eq!(saga_tests::stock(inventory.addr, "sku-apple").await, 7);
+    let saga = get(orchestrator.addr, &done.saga_id).await;
+    assert_eq!(saga.status(), pb::SagaStatus::Completed);
+
+    // The idempotency key still holds after the restart.
+    let again = saga_proto::saga::v1::order_service_client::OrderServiceClient::new(
+        saga_tests::channel(orchestrator.addr).await,
+    )
+    .create_order(order_request(
+        "keep-1",
+        "alice",
+        &[("sku-apple", 3, 100)],
+        true,
+    ))
+    .await
+    .expect("duplicate")
+    .into_inner();
+    assert!(!again.created);
+    assert_eq!(again.saga_id, done.saga_id);
+    assert_eq!(saga_tests::balance(payment.addr, "alice").await, 4_700);
+    orchestrator.stop().await;
+    payment.stop().await;
+    inventory.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let Stack {
+        dir,
+        payment,
+        inventory,
+        orchestrator,
+    } = stack;
+    let inventory_addr = inventory.addr;
+    inventory.stop().await;
+
+    // The charge goes through; the deduct keeps failing while inventory is down.
+    let mut patient = fast_retry();
+    patient.action_attempts = 1_000;
+    orchestrator.stop().await;
+    let orchestrator = start_orchestrator(
+        dir.path(),
+        payment.addr,
+        inventory_addr,
+        patient.clone(),
+        None,
+    )
+    .await;
+    let reply = saga_proto::saga::v1::order_service_client::OrderServiceClient::new(
+        saga_tests::channel(orchestrator.addr).await,
+    )
+    .create_order(order_request(
+        "resume-1",
+        "alice",
+        &[("sku-apple", 2, 100)],
+        false,
+    ))
+    .await
+    .expect("create")
+    .into_inner();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = get(orchestrator.addr, &reply.saga_id).await;
+        let inventory_step = s
+            .steps
+            .iter()
+            .find(|x| x.name == "inventory")
+            .expect("step");
+        if inventory_step.attempts >= 3 {
+            assert_eq!(s.status(), pb::SagaStatus::Running);
+            assert!(!inventory_step.last_error.is_empty());
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "inventory never retried: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let orchestrator_addr = orchestrator.addr;
+    orchestrator.stop().await;
+
+    // Inventory is back, and a new orchestrator on the same store resumes.
+    let inventory = start_participant(Service::Inventory, dir.path(), Some(inventory_addr)).await;
+    let orchestrator = start_orchestrator(
+        dir.path(),
+        payment.addr,
+        inventory.addr,
+        patient,
+        Some(orchestrator_addr),
+    )
+    .await;
+    let saga = wait_terminal(orchestrator.addr, &reply.saga_id, Duration::from_secs(10)).await;
+    assert_eq!(saga.status(), pb::SagaStatus::Completed);
+    assert_eq!(
+        saga_tests::balance(payment.addr, "alice").await,
+        800,
+        "charged once"
+    );
+    assert_eq!(
+        saga_tests::stock(inventory.addr, "sku-apple").await,
+        8,
+        "deducted once"
+    );
+    orchestrator.stop().await;
+    payment.stop().await;
+    inventory.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_that_is_down_only_delays_the_saga() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let Stack {
+        dir,
+        payment,
+        inventory,
+        orchestrator,
+    } = stack;
+    let payment_addr = payment.addr;
+    payment.stop().await;
+    orchestrator.stop().await;
+    let mut patient = fast_retry();
+    patient.action_attempts = 1_000;
+    let orchestrator =
+        start_orchestrator(dir.path(), payment_addr, inventory.addr, patient, None).await;
+    let reply = saga_proto::saga::v1::order_service_client::OrderServiceClient::new(
+        saga_tests::channel(orchestrator.addr).await,
+    )
+    .create_order(order_request(
+        "delayed-1",
+        "alice",
+        &[("sku-apple", 1, 100)],
+        false,
+    ))
+    .await
+    .expect("create")
+    .into_inner();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        get(orchestrator.addr, &reply.saga_id).await.status(),
+        pb::SagaStatus::Running
+    );
+
+    let payment = start_participant(Service::Payment, dir.path(), Some(payment_addr)).await;
+    let saga = wait_terminal(orchestrator.addr, &reply.saga_id, Duration::from_secs(10)).await;
+    assert_eq!(saga.status(), pb::SagaStatus::Completed);
+    let payment_step = saga
+        .steps
+        .iter()
+        .find(|x| x.name == "payment")
+        .expect("step");
+    assert!(
+        payment_step.attempts > 1,
+        "it was retried: {payment_step:?}"
+    );
+    assert_eq!(saga_tests::balance(payment.addr, "alice").await, 900);
+    orchestrator.stop().await;
+    payment.stop().await;
+    inventory.stop().await;
+}
