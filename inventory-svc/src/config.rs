@@ -6,6 +6,9 @@ use service_kit::telemetry::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// Database name used when none is configured (also by the dev stack).
+pub const DEFAULT_MONGODB_DATABASE: &str = "saga_inventory";
+
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "inventory-svc",
@@ -18,6 +21,13 @@ pub struct Config {
     /// Directory holding the embedded store (inventory.db).
     #[arg(long, env = "INVENTORY_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+    /// MongoDB connection string. When set, MongoDB is the store and no
+    /// embedded file is written.
+    #[arg(long, env = "MONGODB_URI", hide_env_values = true)]
+    pub mongodb_uri: Option<String>,
+    /// MongoDB database of this service.
+    #[arg(long, env = "INVENTORY_MONGODB_DATABASE", default_value = DEFAULT_MONGODB_DATABASE)]
+    pub mongodb_database: String,
     /// process: survives kill -9; power-loss: fsync on every (group) commit.
     #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
     pub durability: Durability,

@@ -8,8 +8,9 @@
 //! deducted line is also recorded under the stable key
 //! `(request_id, line_index)`, which is what Restock puts back.
 //!
-//! - [`store`]: the [`store::InventoryStore`] trait (domain types only) and
-//!   its embedded SQLite backend.
+//! - [`store`]: the [`store::InventoryStore`] trait (domain types only), the
+//!   inventory rules written once over a store transaction
+//!   ([`store::stock`]), and their embedded SQLite and MongoDB backends.
 //! - [`grpc`]: the thin adapter from `inventory.v1` to the store: validation,
 //!   conversions, status codes.
 //! - [`config`]: flags and environment for the stand-alone binary.

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use inventory_svc::config::Config;
-use inventory_svc::store::SqliteInventoryStore;
+use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 
@@ -20,15 +20,29 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let store = SqliteInventoryStore::open(&config.database_path(), config.durability)?;
-    let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(
-        addr = %listener.local_addr()?,
-        db = %config.database_path().display(),
-        "inventory-svc serving"
-    );
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    inventory_svc::serve(Arc::new(store), listener, shutdown).await?;
+    let store: Arc<dyn InventoryStore> = match &config.mongodb_uri {
+        Some(uri) => {
+            let db = service_kit::mongo::connect(
+                uri,
+                &config.mongodb_database,
+                "inventory-svc",
+                &shutdown,
+            )
+            .await?;
+            Arc::new(MongoInventoryStore::open(db).await?)
+        }
+        None => {
+            tracing::info!(db = %config.database_path().display(), "embedded store");
+            Arc::new(SqliteInventoryStore::open(
+                &config.database_path(),
+                config.durability,
+            )?)
+        }
+    };
+    let listener = service_kit::server::bind(config.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "inventory-svc serving");
+    inventory_svc::serve(store, listener, shutdown).await?;
     Ok(())
 }

@@ -30,12 +30,13 @@
 //! backends share this logic.
 
 mod fingerprint;
+pub mod mongo;
 mod participant;
 mod record;
 pub mod sqlite;
 
 pub use fingerprint::Fingerprint;
-pub use participant::{ActionReply, ParticipantError, Refusal, RefusalReason};
+pub use participant::{ActionReply, Failure, ParticipantError, Refusal, RefusalReason};
 pub use record::{OperationRecord, RecordStatus, now_ms};
 
 use std::future::Future;
@@ -109,9 +110,10 @@ pub enum BarrierError<E> {
         kind: String,
         status: String,
     },
-    /// The store failed; the transaction must be rolled back.
-    #[error("store error: {0}")]
-    Store(#[source] E),
+    /// The store failed; the transaction must be rolled back. (The message
+    /// does not print `E`, so every variant displays whatever `E` is.)
+    #[error("store error")]
+    Store(E),
 }
 
 /// What [`begin_action`] decided.

@@ -80,7 +80,7 @@ impl From<Refusal> for Status {
 
 /// How a participant call failed (other than a business refusal, which is a
 /// successful, recorded answer).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ParticipantError {
     /// The request id was reused with different parameters → ALREADY_EXISTS.
     #[error("{0}")]
@@ -104,15 +104,7 @@ pub enum ParticipantError {
 
 impl<E: std::fmt::Display> From<BarrierError<E>> for ParticipantError {
     fn from(e: BarrierError<E>) -> Self {
-        let message = e.to_string();
-        match e {
-            BarrierError::ParameterMismatch { .. } => ParticipantError::ParameterMismatch(message),
-            BarrierError::AlreadyCompensated { .. } => {
-                ParticipantError::AlreadyCompensated(message)
-            }
-            BarrierError::Corrupt { .. } => ParticipantError::Corrupt(message),
-            BarrierError::Store(e) => ParticipantError::Store(e.to_string()),
-        }
+        Failure::from(e).into_participant_error()
     }
 }
 
@@ -177,6 +169,41 @@ mod tests {
         ];
         for (error, code) in cases {
             assert_eq!(Status::from(error).code(), code);
+        }
+    }
+}
+
+/// How a participant operation inside a store transaction failed: the store
+/// itself (kept typed, so a MongoDB transaction can still see the driver's
+/// retry labels) or a refusal decided by the barrier or the participant.
+#[derive(Debug)]
+pub enum Failure<E> {
+    Store(E),
+    Refused(ParticipantError),
+}
+
+impl<E> From<BarrierError<E>> for Failure<E> {
+    fn from(e: BarrierError<E>) -> Self {
+        let message = e.to_string();
+        match e {
+            BarrierError::Store(e) => Failure::Store(e),
+            BarrierError::ParameterMismatch { .. } => {
+                Failure::Refused(ParticipantError::ParameterMismatch(message))
+            }
+            BarrierError::AlreadyCompensated { .. } => {
+                Failure::Refused(ParticipantError::AlreadyCompensated(message))
+            }
+            BarrierError::Corrupt { .. } => Failure::Refused(ParticipantError::Corrupt(message)),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> Failure<E> {
+    /// Collapses into a [`ParticipantError`] (store errors become UNAVAILABLE).
+    pub fn into_participant_error(self) -> ParticipantError {
+        match self {
+            Failure::Store(e) => ParticipantError::Store(e.to_string()),
+            Failure::Refused(e) => e,
         }
     }
 }

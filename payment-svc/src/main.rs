@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use payment_svc::config::Config;
-use payment_svc::store::SqlitePaymentStore;
+use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 
@@ -20,11 +20,29 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let store = SqlitePaymentStore::open(&config.database_path(), config.durability)?;
-    let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, db = %config.database_path().display(), "payment-svc serving");
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    payment_svc::serve(Arc::new(store), listener, shutdown).await?;
+    let store: Arc<dyn PaymentStore> = match &config.mongodb_uri {
+        Some(uri) => {
+            let db = service_kit::mongo::connect(
+                uri,
+                &config.mongodb_database,
+                "payment-svc",
+                &shutdown,
+            )
+            .await?;
+            Arc::new(MongoPaymentStore::open(db).await?)
+        }
+        None => {
+            tracing::info!(db = %config.database_path().display(), "embedded store");
+            Arc::new(SqlitePaymentStore::open(
+                &config.database_path(),
+                config.durability,
+            )?)
+        }
+    };
+    let listener = service_kit::server::bind(config.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "payment-svc serving");
+    payment_svc::serve(store, listener, shutdown).await?;
     Ok(())
 }

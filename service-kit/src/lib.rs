@@ -3,6 +3,8 @@
 //! - [`embedded`]: the embedded durable store every service uses by default —
 //!   SQLite in WAL mode behind one writer thread that group-commits the writes
 //!   of many concurrent requests into one transaction.
+//! - [`mongo`]: MongoDB connection, indexes and error classification shared by
+//!   the MongoDB backends.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`.
 //! - [`shutdown`]: one small type that tells every task to stop.
@@ -10,6 +12,7 @@
 //! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
 
 pub mod embedded;
+pub mod mongo;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

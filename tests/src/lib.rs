@@ -3,6 +3,12 @@
 //!
 //! Each service runs on its own [`Shutdown`], so a test can stop and restart
 //! one of them on the same port and data directory.
+//!
+//! [`backends`] opens fresh stores on every storage target and
+//! [`conformance`] holds the storage suites every backend must pass.
+
+pub mod backends;
+pub mod conformance;
 
 use inventory_svc::store::SqliteInventoryStore;
 use orchestrator::executor::RetryPolicy;

@@ -6,8 +6,11 @@
 //! nothing across its lines. Callers (the gRPC adapter) never see SQL or
 //! BSON, so backends can be swapped by configuration.
 
+mod mongo;
 mod sqlite;
+pub mod stock;
 
+pub use mongo::MongoInventoryStore;
 pub use sqlite::SqliteInventoryStore;
 
 use async_trait::async_trait;
@@ -114,6 +117,34 @@ pub struct ProductView {
     pub available: i64,
     /// Newest first.
     pub recent_operations: Vec<ProductOperation>,
+}
+
+impl ProductView {
+    /// Merges the product's most recent deduct lines and operationHistory
+    /// records (each already limited to `limit`) into one listing, newest
+    /// first, cut to `limit`.
+    pub fn merge(
+        product_id: String,
+        available: i64,
+        lines: Vec<ProductOperation>,
+        operations: Vec<OperationRecord>,
+        limit: usize,
+    ) -> Self {
+        let mut recent_operations = lines;
+        recent_operations.extend(operations.into_iter().map(ProductOperation::from));
+        recent_operations.sort_by(|a, b| {
+            b.recorded_at_ms
+                .cmp(&a.recorded_at_ms)
+                .then_with(|| b.request_id.cmp(&a.request_id))
+                .then_with(|| b.line_index.cmp(&a.line_index))
+        });
+        recent_operations.truncate(limit);
+        ProductView {
+            product_id,
+            available,
+            recent_operations,
+        }
+    }
 }
 
 /// The inventory participant's storage.

@@ -9,8 +9,10 @@
 //!   stored version is the one the caller read, so two writers can never both
 //!   advance one saga.
 
+mod mongo;
 mod sqlite;
 
+pub use mongo::MongoSagaStore;
 pub use sqlite::SqliteSagaStore;
 
 use crate::saga::{Saga, SagaStatus};

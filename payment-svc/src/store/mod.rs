@@ -5,8 +5,11 @@
 //! atomically, keyed by `(request_id, kind)`. Callers (the gRPC adapter)
 //! never see SQL or BSON, so backends can be swapped by configuration.
 
+pub mod ledger;
+mod mongo;
 mod sqlite;
 
+pub use mongo::MongoPaymentStore;
 pub use sqlite::SqlitePaymentStore;
 
 use async_trait::async_trait;

@@ -1,0 +1,319 @@
+//! The MongoDB inventory store (production).
+//!
+//! Collections: `products` `{_id: product_id, available}`, `deduct_lines`
+//! `{_id: "<request_id>#<line_index>", request_id, line_index, product_id,
+//! quantity, status, recorded_at_ms}` (unique on `(request_id,
+//! line_index)`), and the shared operationHistory. Every integer is stored
+//! as an Int64.
+//!
+//! Deduct touches every product of the order, one line document per line
+//! and the operationHistory record; restock and add stock touch several
+//! documents too. A single-document update cannot make all of that atomic —
+//! all or nothing across the lines, the effect together with its record — so
+//! each call runs in a **multi-document transaction**. The driver's
+//! `and_run` retries the whole transaction on TransientTransactionError
+//! (e.g. a WriteConflict when two calls with the same request id race, or
+//! two orders take the same product) and retries an unknown commit result.
+//! A refusal decided inside the transaction is returned as a custom error
+//! so the transaction is aborted and nothing it claimed survives.
+
+use super::stock::{self, LineStatus, RecordedLine, StockTx};
+use super::{DEDUCT, Deduction, InventoryStore, ProductOperation, ProductView, StockAddition};
+use async_trait::async_trait;
+use bson::{Document, doc};
+use futures::FutureExt;
+use futures::TryStreamExt;
+use futures::future::BoxFuture;
+use mongodb::Database;
+use mongodb::error::Error;
+use operation_history::mongo::{self as history, MongoHistory};
+use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError};
+use service_kit::mongo::{duplicate_key, index, int64};
+
+const PRODUCTS: &str = "products";
+const DEDUCT_LINES: &str = "deduct_lines";
+/// Name of the unique index on `deduct_lines (request_id, line_index)`.
+const LINE_UNIQUE: &str = "request_id_line_unique";
+/// Name of the index listing a product's lines, newest first.
+const PRODUCT_RECENT: &str = "product_recent";
+
+/// Inventory store in a MongoDB database.
+#[derive(Clone, Debug)]
+pub struct MongoInventoryStore {
+    db: Database,
+}
+
+impl MongoInventoryStore {
+    /// Uses `db`, creating the indexes the store relies on (idempotent).
+    pub async fn open(db: Database) -> Result<Self, Error> {
+        db.collection::<Document>(history::COLLECTION)
+            .create_indexes(history::indexes())
+            .await?;
+        // Products are keyed by _id = product_id; no other index is needed.
+        db.collection::<Document>(DEDUCT_LINES)
+            .create_indexes([
+                index(LINE_UNIQUE, doc! { "request_id": 1, "line_index": 1 }, true),
+                index(
+                    PRODUCT_RECENT,
+                    doc! { "product_id": 1, "recorded_at_ms": -1 },
+                    false,
+                ),
+            ])
+            .await?;
+        Ok(MongoInventoryStore { db })
+    }
+
+    /// Runs one stock rule in a transaction.
+    async fn transact<I, R, F>(&self, input: I, rule: F) -> Result<R, ParticipantError>
+    where
+        I: Send + Sync,
+        R: Send,
+        F: for<'a> Fn(&'a mut MongoHistory<'a>, &'a I) -> BoxFuture<'a, Result<R, Failure<Error>>>
+            + Send
+            + Sync,
+    {
+        let mut session = self
+            .db
+            .client()
+            .start_session()
+            .await
+            .map_err(unavailable)?;
+        let outcome = session
+            .start_transaction()
+            .and_run((&self.db, &input, &rule), |session, (db, input, rule)| {
+                async move {
+                    let mut tx = MongoHistory::new(db, session);
+                    match rule(&mut tx, input).await {
+                        Ok(r) => Ok(r),
+                        Err(Failure::Store(e)) => Err(e),
+                        Err(Failure::Refused(e)) => Err(Error::custom(e)),
+                    }
+                }
+                .boxed()
+            })
+            .await;
+        outcome.map_err(|e| match e.get_custom::<ParticipantError>() {
+            Some(refused) => refused.clone(),
+            None => unavailable(e),
+        })
+    }
+}
+
+fn unavailable(e: Error) -> ParticipantError {
+    ParticipantError::Store(e.to_string())
+}
+
+fn bad(collection: &str, field: &str) -> Error {
+    Error::custom(format!("{collection} document has a bad {field}"))
+}
+
+fn line_id(request_id: &str, line_index: i64) -> String {
+    // Unambiguous: the line index after the last '#' is all digits.
+    format!("{request_id}#{line_index}")
+}
+
+/// The availability in a product document, `None` without a document.
+fn available_in(product: Option<Document>) -> Result<Option<i64>, Error> {
+    product
+        .map(|p| int64(&p, "available").ok_or_else(|| bad(PRODUCTS, "available")))
+        .transpose()
+}
+
+fn recorded_line(d: &Document) -> Result<RecordedLine, Error> {
+    let number = |f: &str| int64(d, f).ok_or_else(|| bad(DEDUCT_LINES, f));
+    let status = d
+        .get_str("status")
+        .ok()
+        .and_then(LineStatus::parse)
+        .ok_or_else(|| bad(DEDUCT_LINES, "status"))?;
+    Ok(RecordedLine {
+        line_index: number("line_index")?,
+        product_id: d
+            .get_str("product_id")
+            .map_err(|_| bad(DEDUCT_LINES, "product_id"))?
+            .to_owned(),
+        quantity: number("quantity")?,
+        status,
+    })
+}
+
+fn product_operation(d: &Document) -> Result<ProductOperation, Error> {
+    let text = |f: &str| {
+        d.get_str(f)
+            .map(str::to_owned)
+            .map_err(|_| bad(DEDUCT_LINES, f))
+    };
+    let number = |f: &str| int64(d, f).ok_or_else(|| bad(DEDUCT_LINES, f));
+    let line_index =
+        i32::try_from(number("line_index")?).map_err(|_| bad(DEDUCT_LINES, "line_index"))?;
+    Ok(ProductOperation {
+        request_id: text("request_id")?,
+        kind: DEDUCT.to_owned(),
+        status: text("status")?,
+        quantity: number("quantity")?,
+        line_index: Some(line_index),
+        detail: String::new(),
+        recorded_at_ms: number("recorded_at_ms")?,
+    })
+}
+
+impl StockTx for MongoHistory<'_> {
+    async fn available(&mut self, product_id: &str) -> Result<Option<i64>, Error> {
+        let product = self
+            .db
+            .collection::<Document>(PRODUCTS)
+            .find_one(doc! { "_id": product_id })
+            .session(&mut *self.session)
+            .await?;
+        available_in(product)
+    }
+
+    async fn set_available(&mut self, product_id: &str, units: i64) -> Result<(), Error> {
+        self.db
+            .collection::<Document>(PRODUCTS)
+            .update_one(
+                doc! { "_id": product_id },
+                doc! { "$set": { "available": units } },
+            )
+            .upsert(true)
+            .session(&mut *self.session)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_line(
+        &mut self,
+        request_id: &str,
+        line_index: i64,
+        product_id: &str,
+        quantity: i64,
+        recorded_at_ms: i64,
+    ) -> Result<bool, Error> {
+        let line = doc! {
+            "_id": line_id(request_id, line_index),
+            "request_id": request_id,
+            "line_index": line_index,
+            "product_id": product_id,
+            "quantity": quantity,
+            "status": LineStatus::Deducted.as_str(),
+            "recorded_at_ms": recorded_at_ms,
+        };
+        let inserted = self
+            .db
+            .collection::<Document>(DEDUCT_LINES)
+            .insert_one(line)
+            .session(&mut *self.session)
+            .await;
+        match inserted {
+            Ok(_) => Ok(true),
+            Err(e) => match duplicate_key(&e) {
+                // Both unique keys of this collection (`_id` and
+                // LINE_UNIQUE) encode `(request_id, line_index)`; a
+                // duplicate from anything else is a real error.
+                Some(dup)
+                    if dup.is_index("_id_", &["_id"]) == Some(true)
+                        || dup
+                            .is_index(LINE_UNIQUE, &["request_id", "line_index"])
+                            .unwrap_or(true) =>
+                {
+                    Ok(false)
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    async fn lines_of(&mut self, request_id: &str) -> Result<Vec<RecordedLine>, Error> {
+        let mut cursor = self
+            .db
+            .collection::<Document>(DEDUCT_LINES)
+            .find(doc! { "request_id": request_id })
+            .sort(doc! { "line_index": 1 })
+            .session(&mut *self.session)
+            .await?;
+        let docs: Vec<Document> = cursor.stream(&mut *self.session).try_collect().await?;
+        docs.iter().map(recorded_line).collect()
+    }
+
+    async fn set_line_status(
+        &mut self,
+        request_id: &str,
+        line_index: i64,
+        status: LineStatus,
+    ) -> Result<bool, Error> {
+        let updated = self
+            .db
+            .collection::<Document>(DEDUCT_LINES)
+            .update_one(
+                doc! { "_id": line_id(request_id, line_index) },
+                doc! { "$set": { "status": status.as_str() } },
+            )
+            .session(&mut *self.session)
+            .await?;
+        Ok(updated.matched_count == 1)
+    }
+}
+
+#[async_trait]
+impl InventoryStore for MongoInventoryStore {
+    async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError> {
+        self.transact(deduction, |tx, d| stock::deduct(tx, d).boxed())
+            .await
+    }
+
+    async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
+        self.transact(deduction, |tx, d| stock::restock(tx, d).boxed())
+            .await
+    }
+
+    async fn add_stock(
+        &self,
+        addition: StockAddition,
+    ) -> Result<ActionReply<i64>, ParticipantError> {
+        self.transact(addition, |tx, a| stock::add_stock(tx, a).boxed())
+            .await
+    }
+
+    async fn product(
+        &self,
+        product_id: String,
+        operation_limit: usize,
+    ) -> Result<Option<ProductView>, ParticipantError> {
+        let product = self
+            .db
+            .collection::<Document>(PRODUCTS)
+            .find_one(doc! { "_id": &product_id })
+            .await
+            .map_err(unavailable)?;
+        let Some(available) = available_in(product).map_err(unavailable)? else {
+            return Ok(None);
+        };
+        let limit = i64::try_from(operation_limit).unwrap_or(i64::MAX);
+        let docs: Vec<Document> = self
+            .db
+            .collection::<Document>(DEDUCT_LINES)
+            .find(doc! { "product_id": &product_id })
+            .sort(doc! { "recorded_at_ms": -1, "request_id": -1, "line_index": -1 })
+            .limit(limit)
+            .await
+            .map_err(unavailable)?
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        let lines = docs
+            .iter()
+            .map(product_operation)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(unavailable)?;
+        let operations = history::recent_for_subject(&self.db, &product_id, operation_limit)
+            .await
+            .map_err(unavailable)?;
+        Ok(Some(ProductView::merge(
+            product_id,
+            available,
+            lines,
+            operations,
+            operation_limit,
+        )))
+    }
+}

@@ -1,0 +1,223 @@
+//! The MongoDB saga store (production).
+//!
+//! One document per saga: `_id` = saga_id, the indexed fields (`request_id`,
+//! `status`, `version`, times) at the top level and the full saga under
+//! `saga`. Every write touches that one document, so a **single-document
+//! atomic update** is enough — no transaction: `create` is an insert that
+//! the unique `request_id` index arbitrates, and `save` is an update whose
+//! filter includes the version read (optimistic concurrency).
+//!
+//! A duplicate-key error is only "already exists" when it comes from the
+//! `request_id` index (or, if the server does not say which index, when a
+//! saga with that request id can be read back); any other is an error.
+
+use super::{Created, Cursor, Page, SagaStore, StoreError};
+use crate::saga::{Saga, SagaStatus};
+use async_trait::async_trait;
+use bson::{Document, doc};
+use futures::TryStreamExt;
+use mongodb::error::Error;
+use mongodb::{Collection, Database};
+use service_kit::mongo::{duplicate_key, index};
+
+const SAGAS: &str = "sagas";
+const REQUEST_ID_INDEX: &str = "request_id_unique";
+
+/// Saga store in a MongoDB database.
+#[derive(Clone, Debug)]
+pub struct MongoSagaStore {
+    sagas: Collection<Document>,
+}
+
+impl MongoSagaStore {
+    /// Uses `db`, creating the indexes (idempotent): sagas unique by
+    /// request_id; newest-first listing, optionally by status; recovery by
+    /// status and update time.
+    pub async fn open(db: Database) -> Result<Self, Error> {
+        let sagas = db.collection::<Document>(SAGAS);
+        sagas
+            .create_indexes([
+                index(REQUEST_ID_INDEX, doc! { "request_id": 1 }, true),
+                index("newest", doc! { "created_at_ms": -1, "_id": -1 }, false),
+                index(
+                    "status_newest",
+                    doc! { "status": 1, "created_at_ms": -1, "_id": -1 },
+                    false,
+                ),
+                index(
+                    "status_updated",
+                    doc! { "status": 1, "updated_at_ms": 1 },
+                    false,
+                ),
+            ])
+            .await?;
+        Ok(MongoSagaStore { sagas })
+    }
+
+    async fn find_one(&self, filter: Document) -> Result<Option<Saga>, StoreError> {
+        let found = self.sagas.find_one(filter).await.map_err(store_error)?;
+        found.as_ref().map(decode).transpose()
+    }
+
+    async fn find_many(
+        &self,
+        filter: Document,
+        sort: Document,
+        limit: usize,
+    ) -> Result<Vec<Saga>, StoreError> {
+        let docs: Vec<Document> = self
+            .sagas
+            .find(filter)
+            .sort(sort)
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .await
+            .map_err(store_error)?
+            .try_collect()
+            .await
+            .map_err(store_error)?;
+        docs.iter().map(decode).collect()
+    }
+}
+
+/// Every driver error is reported as "unavailable": whether or not the
+/// driver labels it transient, the executor's answer is the same — wait and
+/// save again — which never loses a saga.
+fn store_error(e: Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn encode(saga: &Saga) -> Result<Document, StoreError> {
+    let body = bson::to_document(saga).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(doc! {
+        "_id": &saga.saga_id,
+        "request_id": &saga.request_id,
+        "status": saga.status.as_str(),
+        "version": version(saga.version),
+        "created_at_ms": saga.created_at_ms,
+        "updated_at_ms": saga.updated_at_ms,
+        "saga": body,
+    })
+}
+
+fn decode(d: &Document) -> Result<Saga, StoreError> {
+    let body = d
+        .get_document("saga")
+        .map_err(|e| StoreError::Corrupt(format!("saga document without body: {e}")))?;
+    bson::from_document(body.clone()).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+#[async_trait]
+impl SagaStore for MongoSagaStore {
+    async fn create(&self, saga: &Saga) -> Result<Created, StoreError> {
+        let document = encode(saga)?;
+        let error = match self.sagas.insert_one(document).await {
+            Ok(_) => return Ok(Created::New),
+            Err(error) => error,
+        };
+        let Some(duplicate) = duplicate_key(&error) else {
+            return Err(store_error(error));
+        };
+        match duplicate.is_index(REQUEST_ID_INDEX, &["request_id"]) {
+            Some(false) => Err(StoreError::Conflict {
+                saga_id: saga.saga_id.clone(),
+                expected: 0,
+            }),
+            // Ours (or unattributed): the existing saga must be readable.
+            _ => match self
+                .find_one(doc! { "request_id": &saga.request_id })
+                .await?
+            {
+                Some(existing) => Ok(Created::Existing(Box::new(existing))),
+                None => Err(StoreError::Conflict {
+                    saga_id: saga.saga_id.clone(),
+                    expected: 0,
+                }),
+            },
+        }
+    }
+
+    async fn save(&self, saga: &Saga) -> Result<(), StoreError> {
+        let expected = saga.version.saturating_sub(1);
+        let body = bson::to_document(saga).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let updated = self
+            .sagas
+            .update_one(
+                doc! { "_id": &saga.saga_id, "version": version(expected) },
+                doc! { "$set": {
+                    "status": saga.status.as_str(),
+                    "version": version(saga.version),
+                    "updated_at_ms": saga.updated_at_ms,
+                    "saga": body,
+                } },
+            )
+            .await
+            .map_err(store_error)?;
+        if updated.matched_count == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict {
+                saga_id: saga.saga_id.clone(),
+                expected,
+            })
+        }
+    }
+
+    async fn get(&self, saga_id: &str) -> Result<Option<Saga>, StoreError> {
+        self.find_one(doc! { "_id": saga_id }).await
+    }
+
+    async fn get_by_request_id(&self, request_id: &str) -> Result<Option<Saga>, StoreError> {
+        self.find_one(doc! { "request_id": request_id }).await
+    }
+
+    async fn list(
+        &self,
+        status: Option<SagaStatus>,
+        page_size: usize,
+        after: Option<Cursor>,
+    ) -> Result<Page, StoreError> {
+        let mut filter = Document::new();
+        if let Some(status) = status {
+            filter.insert("status", status.as_str());
+        }
+        if let Some(c) = &after {
+            filter.insert(
+                "$or",
+                vec![
+                    doc! { "created_at_ms": { "$lt": c.created_at_ms } },
+                    doc! { "created_at_ms": c.created_at_ms, "_id": { "$lt": &c.saga_id } },
+                ],
+            );
+        }
+        let mut sagas = self
+            .find_many(
+                filter,
+                doc! { "created_at_ms": -1, "_id": -1 },
+                page_size.saturating_add(1),
+            )
+            .await?;
+        let next = if sagas.len() > page_size {
+            sagas.truncate(page_size);
+            sagas.last().map(|s| Cursor {
+                created_at_ms: s.created_at_ms,
+                saga_id: s.saga_id.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(Page { sagas, next })
+    }
+
+    async fn unfinished(&self, limit: usize) -> Result<Vec<Saga>, StoreError> {
+        self.find_many(
+            doc! { "status": { "$in": ["running", "compensating"] } },
+            doc! { "created_at_ms": 1, "_id": 1 },
+            limit,
+        )
+        .await
+    }
+}

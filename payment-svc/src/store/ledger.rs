@@ -1,0 +1,188 @@
+//! The payment rules, written once for every backend.
+//!
+//! Charge, refund and deposit are generic over [`LedgerTx`]: the barrier's
+//! [`HistoryTx`] plus reading and writing a balance, all inside one local
+//! transaction of whatever backend runs them. Balances are computed in Rust
+//! with checked arithmetic (no backend's silent overflow behaviour matters),
+//! which is safe because the transaction isolates the read from the write.
+
+use super::{CHARGE, DEPOSIT, REFUND, Transfer};
+use operation_history::{
+    ActionGate, ActionReply, CompensationGate, CompensationResult, Failure, Fingerprint, HistoryTx,
+    Operation, ParticipantError, Recorded, Refusal, RefusalReason, begin_action,
+    begin_compensation, finish_action, finish_compensation,
+};
+use std::future::Future;
+
+/// What the payment rules need from a store transaction.
+pub trait LedgerTx: HistoryTx {
+    /// Balance of `customer_id`, `None` when there is no account.
+    fn balance(
+        &mut self,
+        customer_id: &str,
+    ) -> impl Future<Output = Result<Option<i64>, Self::Error>>;
+
+    /// Sets the balance, creating the account if absent.
+    fn set_balance(
+        &mut self,
+        customer_id: &str,
+        cents: i64,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+}
+
+fn operation<'a>(
+    t: &'a Transfer,
+    action_kind: &'a str,
+    fingerprint: &'a Fingerprint,
+) -> Operation<'a> {
+    Operation {
+        request_id: &t.request_id,
+        action_kind,
+        compensation_kind: REFUND,
+        subject: &t.customer_id,
+        amount: t.amount_cents,
+        fingerprint,
+    }
+}
+
+/// Replays a recorded action outcome whose detail is the balance.
+fn replay<E>(recorded: Recorded) -> Result<ActionReply<i64>, Failure<E>> {
+    match recorded {
+        Recorded::Applied { detail } => {
+            let value = detail.parse().map_err(|_| {
+                Failure::Refused(ParticipantError::Corrupt(format!(
+                    "recorded balance {detail:?} is not a number"
+                )))
+            })?;
+            Ok(ActionReply::Applied {
+                value,
+                replayed: true,
+            })
+        }
+        Recorded::Refused { detail } => Ok(ActionReply::Refused {
+            refusal: Refusal::decode(&detail),
+            replayed: true,
+        }),
+    }
+}
+
+/// Records the outcome and turns it into the reply.
+async fn finish<T: LedgerTx>(
+    tx: &mut T,
+    op: &Operation<'_>,
+    outcome: Result<i64, Refusal>,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let recorded = match &outcome {
+        Ok(balance) => Recorded::Applied {
+            detail: balance.to_string(),
+        },
+        Err(refusal) => Recorded::Refused {
+            detail: refusal.encode(),
+        },
+    };
+    finish_action(tx, op, &recorded).await?;
+    Ok(match outcome {
+        Ok(value) => ActionReply::Applied {
+            value,
+            replayed: false,
+        },
+        Err(refusal) => ActionReply::Refused {
+            refusal,
+            replayed: false,
+        },
+    })
+}
+
+/// Takes the amount from the balance, or records why not.
+pub async fn charge<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    let op = operation(t, CHARGE, &fingerprint);
+    if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
+        return replay(recorded);
+    }
+    let outcome = match tx.balance(&t.customer_id).await.map_err(Failure::Store)? {
+        None => Err(Refusal::new(
+            RefusalReason::NotFound,
+            format!("customer {:?} has no account", t.customer_id),
+        )),
+        Some(have) if have < t.amount_cents => Err(Refusal::new(
+            RefusalReason::Insufficient,
+            format!(
+                "insufficient funds: customer {:?} has {have} cents, charge needs {}",
+                t.customer_id, t.amount_cents
+            ),
+        )),
+        Some(have) => {
+            let left = have - t.amount_cents;
+            tx.set_balance(&t.customer_id, left)
+                .await
+                .map_err(Failure::Store)?;
+            Ok(left)
+        }
+    };
+    finish(tx, &op, outcome).await
+}
+
+/// Compensates the charge with the same request id and parameters.
+pub async fn refund<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+) -> Result<CompensationResult, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    let op = operation(t, CHARGE, &fingerprint);
+    let charge = match begin_compensation(tx, &op).await? {
+        CompensationGate::Done(result) => return Ok(result),
+        CompensationGate::Undo(charge) => charge,
+    };
+    let have = tx
+        .balance(&charge.subject)
+        .await
+        .map_err(Failure::Store)?
+        .unwrap_or(0);
+    let restored = have.checked_add(charge.amount).ok_or_else(|| {
+        Failure::Refused(ParticipantError::OutOfRange(format!(
+            "refund of {} cents would overflow the balance of {:?}",
+            charge.amount, charge.subject
+        )))
+    })?;
+    tx.set_balance(&charge.subject, restored)
+        .await
+        .map_err(Failure::Store)?;
+    Ok(finish_compensation(tx, &op).await?)
+}
+
+/// Adds money, creating the account if absent.
+pub async fn deposit<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    let op = operation(t, DEPOSIT, &fingerprint);
+    if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
+        return replay(recorded);
+    }
+    let have = tx
+        .balance(&t.customer_id)
+        .await
+        .map_err(Failure::Store)?
+        .unwrap_or(0);
+    let outcome = match have.checked_add(t.amount_cents) {
+        Some(total) => {
+            tx.set_balance(&t.customer_id, total)
+                .await
+                .map_err(Failure::Store)?;
+            Ok(total)
+        }
+        None => Err(Refusal::new(
+            RefusalReason::Overflow,
+            format!(
+                "deposit of {} cents would overflow the balance of {:?} ({have} cents)",
+                t.amount_cents, t.customer_id
+            ),
+        )),
+    };
+    finish(tx, &op, outcome).await
+}

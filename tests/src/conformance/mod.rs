@@ -1,0 +1,25 @@
+//! One storage conformance suite per store trait, written once and run
+//! against every backend (see `tests/tests/conformance_*.rs`).
+//!
+//! Each case is a plain async function taking the store; the macros turn a
+//! list of cases into `#[tokio::test]`s for one backend opener.
+
+pub mod inventory;
+pub mod payment;
+pub mod sagas;
+
+/// Instantiates `cases` of suite module `suite` for the backend returned by
+/// `open` (an async fn returning `Option<Backend<_>>`; `None` skips).
+#[macro_export]
+macro_rules! conformance_cases {
+    ($open:path, $($suite:ident)::+, [$($case:ident),* $(,)?]) => {
+        use $($suite)::+ as suite;
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some(backend) = $open().await else { return };
+                suite::$case(backend.store.clone()).await;
+            }
+        )*
+    };
+}

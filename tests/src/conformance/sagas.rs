@@ -1,0 +1,221 @@
+//! What every `SagaStore` must do, whatever it stores in.
+
+use orchestrator::engine::{self, Next, Outcome};
+use orchestrator::order_saga::ORDER_SAGA;
+use orchestrator::saga::{Order, OrderItem, Saga, SagaStatus};
+use orchestrator::store::{Created, SagaStore, StoreError};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+type Store = Arc<dyn SagaStore>;
+
+/// Every case of this suite, for [`crate::conformance_cases`].
+#[macro_export]
+macro_rules! saga_store_conformance {
+    ($open:path) => {
+        $crate::conformance_cases!(
+            $open,
+            saga_tests::conformance::sagas,
+            [
+                a_created_saga_reads_back_identically_by_either_id,
+                a_duplicate_request_id_returns_the_existing_saga,
+                fifty_concurrent_creates_of_one_request_id_make_one_saga,
+                save_requires_the_version_it_read,
+                concurrent_saves_of_one_version_let_exactly_one_win,
+                listing_is_newest_first_in_pages_and_filters_by_status,
+                unfinished_lists_running_and_compensating_oldest_first,
+            ]
+        );
+    };
+}
+
+fn saga(id: &str, request_id: &str, created_at_ms: i64) -> Saga {
+    let order = Order {
+        order_id: format!("order-{id}"),
+        customer_id: "alice".into(),
+        items: vec![OrderItem {
+            product_id: "sku-apple".into(),
+            quantity: 2,
+            unit_price_cents: i64::MAX / 4,
+        }],
+        total_cents: i64::MAX / 2,
+    };
+    let mut s = engine::start(
+        &ORDER_SAGA,
+        id.into(),
+        request_id.into(),
+        "fp".into(),
+        order,
+        created_at_ms,
+    );
+    s.version = 1;
+    s
+}
+
+async fn create_new(store: &Store, s: &Saga) {
+    assert_eq!(store.create(s).await.expect("create"), Created::New);
+}
+
+pub async fn a_created_saga_reads_back_identically_by_either_id(store: Store) {
+    let mut s = saga("s1", "r1", 1_000);
+    // Exercise every field: a refusal, a compensation retry, a reason.
+    engine::record(&mut s, Next::Act(0), Outcome::Succeeded, 1_001);
+    engine::record(
+        &mut s,
+        Next::Act(1),
+        Outcome::Refused("short: \"sku\" ünïcode".into()),
+        1_002,
+    );
+    engine::record(
+        &mut s,
+        Next::Compensate(0),
+        Outcome::CompensationRetrying("down".into()),
+        1_003,
+    );
+    create_new(&store, &s).await;
+    assert_eq!(store.get("s1").await.expect("get"), Some(s.clone()));
+    assert_eq!(store.get_by_request_id("r1").await.expect("get"), Some(s));
+    assert_eq!(store.get("nope").await.expect("get"), None);
+    assert_eq!(store.get_by_request_id("nope").await.expect("get"), None);
+}
+
+pub async fn a_duplicate_request_id_returns_the_existing_saga(store: Store) {
+    let first = saga("s1", "same", 1);
+    create_new(&store, &first).await;
+    let second = saga("s2", "same", 2);
+    match store.create(&second).await.expect("create") {
+        Created::Existing(existing) => assert_eq!(*existing, first),
+        other => panic!("expected the existing saga, got {other:?}"),
+    }
+    assert_eq!(store.get("s2").await.expect("get"), None);
+}
+
+pub async fn fifty_concurrent_creates_of_one_request_id_make_one_saga(store: Store) {
+    let calls: Vec<_> = (0..50)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.create(&saga(&format!("c{i}"), "contended", i)).await })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, call) in calls.into_iter().enumerate() {
+        match call.await.expect("join").expect("create") {
+            Created::New => winners.push(format!("c{i}")),
+            Created::Existing(existing) => {
+                seen.insert(existing.saga_id);
+            }
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one insert wins");
+    seen.retain(|id| id != &winners[0]);
+    assert!(seen.is_empty(), "every loser saw the winner: {seen:?}");
+    let page = store.list(None, 100, None).await.expect("list");
+    assert_eq!(page.sagas.len(), 1);
+}
+
+pub async fn save_requires_the_version_it_read(store: Store) {
+    let mut s = saga("v1", "rv1", 1);
+    create_new(&store, &s).await;
+    engine::record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    s.version = 2;
+    store.save(&s).await.expect("save v2");
+    // Saving "version 2" again means the writer read version 1: stale.
+    let err = store.save(&s).await.expect_err("stale save");
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+    s.version = 3;
+    store.save(&s).await.expect("save v3");
+    assert_eq!(
+        store.get("v1").await.expect("get").map(|x| x.version),
+        Some(3)
+    );
+}
+
+pub async fn concurrent_saves_of_one_version_let_exactly_one_win(store: Store) {
+    let base = saga("race", "rrace", 1);
+    create_new(&store, &base).await;
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let store = store.clone();
+            let mut s = base.clone();
+            s.version = 2;
+            s.reason = Some(format!("writer {i}"));
+            tokio::spawn(async move { (i, store.save(&s).await) })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for call in calls {
+        let (i, result) = call.await.expect("join");
+        match result {
+            Ok(()) => won.push(i),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one writer advances the saga");
+    let stored = store.get("race").await.expect("get").expect("exists");
+    assert_eq!(stored.reason, Some(format!("writer {}", won[0])));
+}
+
+pub async fn listing_is_newest_first_in_pages_and_filters_by_status(store: Store) {
+    // Two sagas share a timestamp: the saga id breaks the tie.
+    let times = [10, 20, 20, 30, 40];
+    for (i, t) in times.iter().enumerate() {
+        let mut s = saga(&format!("l{i}"), &format!("rl{i}"), *t);
+        if i % 2 == 1 {
+            engine::record(&mut s, Next::Act(0), Outcome::Refused("no".into()), t + 1);
+        }
+        create_new(&store, &s).await;
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list(None, 2, after).await.expect("list");
+        assert!(page.sagas.len() <= 2);
+        seen.extend(page.sagas.iter().map(|s| s.saga_id.clone()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["l4", "l3", "l2", "l1", "l0"]);
+    let cancelled = store
+        .list(Some(SagaStatus::Cancelled), 10, None)
+        .await
+        .expect("list");
+    let ids: Vec<_> = cancelled.sagas.iter().map(|s| s.saga_id.as_str()).collect();
+    assert_eq!(ids, ["l3", "l1"]);
+    assert!(cancelled.next.is_none());
+    let none = store
+        .list(Some(SagaStatus::Failed), 10, None)
+        .await
+        .expect("list");
+    assert!(none.sagas.is_empty());
+}
+
+pub async fn unfinished_lists_running_and_compensating_oldest_first(store: Store) {
+    let running = saga("u-running", "ru1", 3);
+    let mut compensating = saga("u-comp", "ru2", 1);
+    engine::record(&mut compensating, Next::Act(0), Outcome::Succeeded, 2);
+    engine::record(
+        &mut compensating,
+        Next::Act(1),
+        Outcome::Refused("short".into()),
+        2,
+    );
+    assert_eq!(compensating.status, SagaStatus::Compensating);
+    let mut done = saga("u-done", "ru3", 2);
+    engine::record(&mut done, Next::Act(0), Outcome::Refused("no".into()), 2);
+    for s in [&running, &compensating, &done] {
+        create_new(&store, s).await;
+    }
+    let ids: Vec<_> = store
+        .unfinished(10)
+        .await
+        .expect("unfinished")
+        .into_iter()
+        .map(|s| s.saga_id)
+        .collect();
+    assert_eq!(ids, ["u-comp", "u-running"]);
+    assert_eq!(store.unfinished(1).await.expect("unfinished").len(), 1);
+}
