@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README and .ci/run both call this).
-# Runs format and lint checks, then every test in the workspace: unit tests,
-# store tests, and end-to-end scenarios over real gRPC servers on ephemeral
-# ports with real embedded stores in temp dirs.
+# Runs format and lint checks, validates compose.yaml, prepares the MongoDB
+# wire-protocol emulator (unless MONGODB_URI points at a real MongoDB), then
+# every test in the workspace: unit tests, the storage conformance suites on
+# both backends, and end-to-end scenarios over real gRPC servers on ephemeral
+# ports with real stores in temp dirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +12,20 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== cargo test (embedded stores)"
+echo "== compose.yaml"
+./scripts/validate-compose.sh
+
+if [ -n "${MONGODB_URI:-}" ]; then
+  echo "== MongoDB target: real MongoDB (MONGODB_URI is set)"
+else
+  echo "== MongoDB target: wire-protocol emulator (no MONGODB_URI); preparing it"
+  python="$(./scripts/mongo-emulator.sh --setup-only)"
+  "$python" tests/mongo-emulator/test_emulator.py
+fi
+# The MongoDB suites must run, never skip, in this command.
+export REQUIRE_MONGO=1
+
+echo "== cargo test (embedded stores and MongoDB)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"

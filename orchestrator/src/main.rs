@@ -53,13 +53,6 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         retry: config.engine.retry_policy(),
         max_wait: config.engine.max_wait(),
     };
-    orchestrator::serve(
-        Arc::new(store),
-        Arc::new(invoker),
-        settings,
-        listener,
-        shutdown,
-    )
-    .await?;
+    orchestrator::serve(store, Arc::new(invoker), settings, listener, shutdown).await?;
     Ok(())
 }
