@@ -69,27 +69,122 @@ fn any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-/// Starts payment-svc or inventory-svc with its store in `dir`.
-pub async fn start_participant(service: Service, dir: &Path, addr: Option<SocketAddr>) -> Running {
+/// Where a started service keeps its state.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// SQLite files in this directory.
+    Embedded(PathBuf),
+    /// MongoDB databases named `<prefix>_<service>` at `uri`.
+    Mongo { uri: String, prefix: String },
+}
+
+impl From<&Path> for Storage {
+    fn from(dir: &Path) -> Self {
+        Storage::Embedded(dir.to_path_buf())
+    }
+}
+
+impl From<&PathBuf> for Storage {
+    fn from(dir: &PathBuf) -> Self {
+        Storage::Embedded(dir.clone())
+    }
+}
+
+impl Storage {
+    /// Fresh databases on the MongoDB test target, or `None` when there is
+    /// none (see [`backends::mongo`]).
+    pub fn fresh_mongo() -> Option<Storage> {
+        let target = backends::mongo()?;
+        Some(Storage::Mongo {
+            uri: target.uri,
+            prefix: format!("stack_{}", uuid::Uuid::now_v7().simple()),
+        })
+    }
+
+    async fn mongo_db(uri: &str, prefix: &str, service: &str) -> mongodb::Database {
+        service_kit::mongo::connect(
+            uri,
+            &format!("{prefix}_{service}"),
+            service,
+            &Shutdown::new(),
+        )
+        .await
+        .expect("connect to MongoDB")
+    }
+
+    async fn payment(&self) -> Arc<dyn payment_svc::store::PaymentStore> {
+        match self {
+            Storage::Embedded(dir) => Arc::new(
+                SqlitePaymentStore::open(&dir.join("payment.db"), Durability::Process)
+                    .expect("open payment"),
+            ),
+            Storage::Mongo { uri, prefix } => Arc::new(
+                payment_svc::store::MongoPaymentStore::open(
+                    Self::mongo_db(uri, prefix, "payment").await,
+                )
+                .await
+                .expect("open payment"),
+            ),
+        }
+    }
+
+    async fn inventory(&self) -> Arc<dyn inventory_svc::store::InventoryStore> {
+        match self {
+            Storage::Embedded(dir) => Arc::new(
+                SqliteInventoryStore::open(&dir.join("inventory.db"), Durability::Process)
+                    .expect("open inventory"),
+            ),
+            Storage::Mongo { uri, prefix } => Arc::new(
+                inventory_svc::store::MongoInventoryStore::open(
+                    Self::mongo_db(uri, prefix, "inventory").await,
+                )
+                .await
+                .expect("open inventory"),
+            ),
+        }
+    }
+
+    async fn sagas(&self) -> Arc<dyn orchestrator::store::SagaStore> {
+        match self {
+            Storage::Embedded(dir) => Arc::new(
+                SqliteSagaStore::open(&dir.join("orchestrator.db"), Durability::Process)
+                    .expect("open sagas"),
+            ),
+            Storage::Mongo { uri, prefix } => Arc::new(
+                orchestrator::store::MongoSagaStore::open(
+                    Self::mongo_db(uri, prefix, "orchestrator").await,
+                )
+                .await
+                .expect("open sagas"),
+            ),
+        }
+    }
+}
+
+/// Starts payment-svc or inventory-svc with its store in `storage`.
+pub async fn start_participant(
+    service: Service,
+    storage: impl Into<Storage>,
+    addr: Option<SocketAddr>,
+) -> Running {
+    let storage = storage.into();
     let listener = listener(addr.unwrap_or_else(any_port)).await;
     let addr = listener.local_addr().expect("local addr");
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = match service {
         Service::Payment => {
-            let store = SqlitePaymentStore::open(&dir.join("payment.db"), Durability::Process)
-                .expect("open payment");
+            let store = storage.payment().await;
             tokio::spawn(async move {
-                payment_svc::serve(Arc::new(store), listener, stop)
+                payment_svc::serve(store, listener, stop)
                     .await
                     .expect("payment serve");
             })
         }
         Service::Inventory => {
-            let store = SqliteInventoryStore::open(&dir.join("inventory.db"), Durability::Process)
-                .expect("open inventory");
+            let store = storage.inventory().await;
             tokio::spawn(async move {
-                inventory_svc::serve(Arc::new(store), listener, stop)
+                inventory_svc::serve(store, listener, stop)
                     .await
                     .expect("inventory serve");
             })
@@ -112,10 +207,10 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
-/// Starts the orchestrator with its store in `dir`, calling the given
+/// Starts the orchestrator with its store in `storage`, calling the given
 /// participants.
 pub async fn start_orchestrator(
-    dir: &Path,
+    storage: impl Into<Storage>,
     payment: SocketAddr,
     inventory: SocketAddr,
     retry: RetryPolicy,
@@ -123,8 +218,7 @@ pub async fn start_orchestrator(
 ) -> Running {
     let listener = listener(addr.unwrap_or_else(any_port)).await;
     let addr = listener.local_addr().expect("local addr");
-    let store = SqliteSagaStore::open(&dir.join("orchestrator.db"), Durability::Process)
-        .expect("open sagas");
+    let store = storage.into().sagas().await;
     let invoker = OrderParticipants::new(
         orchestrator::participant_channel(&format!("http://{payment}")).expect("payment channel"),
         orchestrator::participant_channel(&format!("http://{inventory}"))
@@ -138,7 +232,7 @@ pub async fn start_orchestrator(
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        orchestrator::serve(Arc::new(store), Arc::new(invoker), settings, listener, stop)
+        orchestrator::serve(store, Arc::new(invoker), settings, listener, stop)
             .await
             .expect("orchestrator serve");
     });
@@ -152,20 +246,42 @@ pub async fn start_orchestrator(
 /// All three services over one temp dir.
 pub struct Stack {
     pub dir: tempfile::TempDir,
+    /// Where all three services keep their state.
+    pub storage: Storage,
     pub payment: Running,
     pub inventory: Running,
     pub orchestrator: Running,
 }
 
 impl Stack {
+    /// All three services on embedded stores in a fresh temp dir.
     pub async fn start() -> Stack {
         let dir = tempfile::tempdir().expect("tempdir");
-        let payment = start_participant(Service::Payment, dir.path(), None).await;
-        let inventory = start_participant(Service::Inventory, dir.path(), None).await;
-        let orchestrator =
-            start_orchestrator(dir.path(), payment.addr, inventory.addr, fast_retry(), None).await;
+        let storage = Storage::from(dir.path());
+        Self::start_on(dir, storage).await
+    }
+
+    /// All three services on fresh MongoDB databases of the test target;
+    /// `None` when no MongoDB is available (and not required).
+    pub async fn start_mongo() -> Option<Stack> {
+        let storage = Storage::fresh_mongo()?;
+        Some(Self::start_on(tempfile::tempdir().expect("tempdir"), storage).await)
+    }
+
+    async fn start_on(dir: tempfile::TempDir, storage: Storage) -> Stack {
+        let payment = start_participant(Service::Payment, storage.clone(), None).await;
+        let inventory = start_participant(Service::Inventory, storage.clone(), None).await;
+        let orchestrator = start_orchestrator(
+            storage.clone(),
+            payment.addr,
+            inventory.addr,
+            fast_retry(),
+            None,
+        )
+        .await;
         Stack {
             dir,
+            storage,
             payment,
             inventory,
             orchestrator,

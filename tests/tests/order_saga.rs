@@ -1,4 +1,40 @@
-//! The order saga end to end, as a user of CreateOrder sees it.
+//! The order saga end to end, as a user of CreateOrder sees it — on the
+//! embedded stores and on MongoDB (emulated unless `MONGODB_URI` is set).
+
+/// Runs each scenario once per storage backend.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(saga_tests::Stack::start().await).await;
+                }
+            )*
+        }
+        mod mongo {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(stack) = saga_tests::Stack::start_mongo().await else { return };
+                    super::$name(stack).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    happy_path_charges_deducts_and_completes,
+    payment_refusal_cancels_with_nothing_to_compensate,
+    inventory_shortage_refunds_the_payment,
+    unknown_product_refunds_the_payment,
+    duplicate_create_order_makes_one_saga,
+    fifty_concurrent_duplicate_create_orders_make_one_saga_and_one_charge,
+    reused_request_id_with_different_parameters_is_refused,
+    sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages,
+    create_order_without_wait_returns_at_once_and_the_saga_finishes,
+);
 
 use saga_proto::saga::v1 as pb;
 use saga_tests::{Stack, order_request};
@@ -12,9 +48,7 @@ fn step(s: &pb::Saga, name: &str) -> pb::Step {
         .expect("step present")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn happy_path_charges_deducts_and_completes() {
-    let stack = Stack::start().await;
+async fn happy_path_charges_deducts_and_completes(stack: Stack) {
     stack.deposit("alice", 10_000).await;
     stack.add_stock("sku-apple", 10).await;
     stack.add_stock("sku-pear", 10).await;
@@ -48,9 +82,7 @@ async fn happy_path_charges_deducts_and_completes() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payment_refusal_cancels_with_nothing_to_compensate() {
-    let stack = Stack::start().await;
+async fn payment_refusal_cancels_with_nothing_to_compensate(stack: Stack) {
     stack.deposit("bob", 1_000).await;
     stack.add_stock("sku-apple", 10).await;
 
@@ -80,9 +112,7 @@ async fn payment_refusal_cancels_with_nothing_to_compensate() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inventory_shortage_refunds_the_payment() {
-    let stack = Stack::start().await;
+async fn inventory_shortage_refunds_the_payment(stack: Stack) {
     stack.deposit("alice", 1_000_000).await;
     stack.add_stock("sku-apple", 100).await;
     stack.add_stock("sku-pear", 3).await;
@@ -132,9 +162,7 @@ async fn inventory_shortage_refunds_the_payment() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_product_refunds_the_payment() {
-    let stack = Stack::start().await;
+async fn unknown_product_refunds_the_payment(stack: Stack) {
     stack.deposit("alice", 500).await;
     let reply = stack
         .order("o-ghost", "alice", &[("sku-ghost", 1, 100)])
@@ -149,9 +177,7 @@ async fn unknown_product_refunds_the_payment() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_create_order_makes_one_saga() {
-    let stack = Stack::start().await;
+async fn duplicate_create_order_makes_one_saga(stack: Stack) {
     stack.deposit("alice", 10_000).await;
     stack.add_stock("sku-apple", 10).await;
 
@@ -172,9 +198,7 @@ async fn duplicate_create_order_makes_one_saga() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_concurrent_duplicate_create_orders_make_one_saga_and_one_charge() {
-    let stack = Stack::start().await;
+async fn fifty_concurrent_duplicate_create_orders_make_one_saga_and_one_charge(stack: Stack) {
     stack.deposit("alice", 10_000).await;
     stack.add_stock("sku-apple", 10).await;
 
@@ -218,9 +242,7 @@ async fn fifty_concurrent_duplicate_create_orders_make_one_saga_and_one_charge()
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reused_request_id_with_different_parameters_is_refused() {
-    let stack = Stack::start().await;
+async fn reused_request_id_with_different_parameters_is_refused(stack: Stack) {
     stack.deposit("alice", 10_000).await;
     stack.add_stock("sku-apple", 10).await;
     stack
@@ -253,9 +275,7 @@ async fn reused_request_id_with_different_parameters_is_refused() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages() {
-    let stack = Stack::start().await;
+async fn sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages(stack: Stack) {
     stack.deposit("alice", 1_000).await;
     stack.deposit("bob", 10).await;
     stack.add_stock("sku-apple", 100).await;
@@ -330,9 +350,7 @@ async fn sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_order_without_wait_returns_at_once_and_the_saga_finishes() {
-    let stack = Stack::start().await;
+async fn create_order_without_wait_returns_at_once_and_the_saga_finishes(stack: Stack) {
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-apple", 5).await;
     let reply = stack

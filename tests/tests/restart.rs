@@ -72,6 +72,7 @@ async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
         payment,
         inventory,
         orchestrator,
+        ..
     } = stack;
     let inventory_addr = inventory.addr;
     inventory.stop().await;
@@ -159,6 +160,7 @@ async fn a_participant_that_is_down_only_delays_the_saga() {
         payment,
         inventory,
         orchestrator,
+        ..
     } = stack;
     let payment_addr = payment.addr;
     payment.stop().await;
