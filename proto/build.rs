@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/saga/v1/saga.proto",
         "proto/payment/v1/payment.proto",
         "proto/inventory/v1/inventory.proto",
+        "proto/faults/v1/faults.proto",
     ];
     let fds = protox::compile(files, ["proto"])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);

@@ -25,6 +25,13 @@ pub mod inventory {
     }
 }
 
+/// `faults.v1`: fault injection served by both participants (admin).
+pub mod faults {
+    pub mod v1 {
+        tonic::include_proto!("faults.v1");
+    }
+}
+
 /// Encoded `FileDescriptorSet` of all three packages, served by gRPC reflection
 /// so `grpcurl list/describe` works without proto files.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
