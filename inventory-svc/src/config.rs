@@ -2,6 +2,7 @@
 //! environment fallback and a default that works with zero flags.
 
 use service_kit::embedded::Durability;
+use service_kit::faults::FaultConfig;
 use service_kit::telemetry::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ pub struct Config {
     pub durability: Durability,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Fault injection (`--fault-*` / `FAULT_*`); off by default.
+    #[command(flatten)]
+    pub faults: FaultConfig,
 }
 
 impl Config {

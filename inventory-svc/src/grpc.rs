@@ -1,9 +1,15 @@
 //! `inventory.v1` adapter: checks and converts wire types, calls the store,
 //! maps results to replies and status codes. No business logic lives here.
+//!
+//! Deduct and Restock consult the fault injector ([`Faults`]) after their
+//! input is validated: before the store call (latency, transient error,
+//! refusal) and after it (lost reply). GetProduct and AddStock are never
+//! faulted (see `service_kit::faults` for why).
 
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
 use operation_history::{ActionReply, CompensationResult};
 use saga_proto::inventory::v1 as pb;
+use service_kit::faults::{CallKind, Faults};
 use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -18,11 +24,18 @@ pub const MAX_LINES: usize = 100;
 /// Implements `inventory.v1.InventoryService` over an [`InventoryStore`].
 pub struct InventoryApi {
     store: Arc<dyn InventoryStore>,
+    faults: Arc<Faults>,
 }
 
 impl InventoryApi {
+    /// Without fault injection.
     pub fn new(store: Arc<dyn InventoryStore>) -> Self {
-        InventoryApi { store }
+        Self::with_faults(store, Arc::new(Faults::disabled()))
+    }
+
+    /// Consulting `faults` on every Deduct and Restock.
+    pub fn with_faults(store: Arc<dyn InventoryStore>, faults: Arc<Faults>) -> Self {
+        InventoryApi { store, faults }
     }
 }
 
@@ -109,7 +122,14 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let span =
             tracing::info_span!("deduct", request_id = %request_id, lines = deduction.lines.len());
         async move {
-            let ((), replayed) = applied(self.store.deduct(deduction).await?)?;
+            let admitted = self.faults.before(CallKind::Action, &request_id).await?;
+            let reply = self
+                .store
+                .deduct(deduction)
+                .await
+                .map_err(Status::from)
+                .and_then(applied);
+            let ((), replayed) = self.faults.after(admitted, &request_id, reply)?;
             tracing::debug!(replayed, "deducted");
             Ok(Response::new(pb::DeductResponse {
                 request_id,
@@ -130,7 +150,12 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let span =
             tracing::info_span!("restock", request_id = %request_id, lines = deduction.lines.len());
         async move {
-            let result = self.store.restock(deduction).await?;
+            let admitted = self
+                .faults
+                .before(CallKind::Compensation, &request_id)
+                .await?;
+            let reply = self.store.restock(deduction).await.map_err(Status::from);
+            let result = self.faults.after(admitted, &request_id, reply)?;
             tracing::info!(effect = ?result.effect, replayed = result.replayed, "restock");
             Ok(Response::new(pb::RestockResponse {
                 request_id,
@@ -188,7 +213,16 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let request_id = addition.request_id.clone();
         let span = tracing::info_span!("add_stock", request_id = %request_id, product_id = %addition.product_id);
         async move {
-            let (available, replayed) = applied(self.store.add_stock(addition).await?)?;
+            // Admin seeding: never faulted (draws nothing); asked anyway so
+            // the policy lives in one place.
+            let admitted = self.faults.before(CallKind::Admin, &request_id).await?;
+            let reply = self
+                .store
+                .add_stock(addition)
+                .await
+                .map_err(Status::from)
+                .and_then(applied);
+            let (available, replayed) = self.faults.after(admitted, &request_id, reply)?;
             tracing::debug!(available, replayed, "stock added");
             Ok(Response::new(pb::AddStockResponse {
                 request_id,

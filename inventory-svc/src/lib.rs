@@ -14,27 +14,48 @@
 //! - [`grpc`]: the thin adapter from `inventory.v1` to the store: validation,
 //!   conversions, status codes.
 //! - [`config`]: flags and environment for the stand-alone binary.
+//!
+//! Next to its own service it serves `faults.v1.FaultService`, the admin API
+//! of the fault injector (`service_kit::faults`), which its adapter consults
+//! on every mutating call.
 
 pub mod config;
 pub mod grpc;
 pub mod store;
 
+use service_kit::faults::{self, Faults};
 use service_kit::server::{self, ServeError};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// Serves the inventory service on `listener` until `shutdown` fires.
+/// Serves the inventory service on `listener` until `shutdown` fires, with no
+/// faults injected (they can still be turned on at run time through
+/// `faults.v1.FaultService`).
 pub async fn serve(
     store: Arc<dyn store::InventoryStore>,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
+    serve_with_faults(store, Arc::new(Faults::disabled()), listener, shutdown).await
+}
+
+/// Serves the inventory service and the `faults.v1.FaultService` admin API
+/// over `faults` on `listener` until `shutdown` fires.
+pub async fn serve_with_faults(
+    store: Arc<dyn store::InventoryStore>,
+    faults: Arc<Faults>,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
     use saga_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
-    let service = InventoryServiceServer::new(grpc::InventoryApi::new(store));
-    let routes = tonic::service::Routes::new(service);
-    let routes =
-        server::with_standard_services::<InventoryServiceServer<grpc::InventoryApi>>(routes, &[])
-            .await?;
+    let service =
+        InventoryServiceServer::new(grpc::InventoryApi::with_faults(store, faults.clone()));
+    let routes = tonic::service::Routes::new(service).add_service(faults::service(faults));
+    let routes = server::with_standard_services::<InventoryServiceServer<grpc::InventoryApi>>(
+        routes,
+        &[faults::SERVICE_NAME],
+    )
+    .await?;
     server::serve(routes, listener, shutdown).await
 }

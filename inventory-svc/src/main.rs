@@ -41,8 +41,13 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             )?)
         }
     };
+    let faults = Arc::new(config.faults.build()?);
+    let settings = faults.settings();
+    if settings.is_enabled() {
+        tracing::warn!(%settings, "fault injection ON: calls will fail, be delayed or lose replies on purpose");
+    }
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "inventory-svc serving");
-    inventory_svc::serve(store, listener, shutdown).await?;
+    inventory_svc::serve_with_faults(store, faults, listener, shutdown).await?;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The orchestrator's use cases, independent of gRPC: create an order saga
-//! (idempotently), look sagas up, list them, resume unfinished ones.
+//! (idempotently), look sagas up, list them, retry a FAILED one.
 
 use crate::engine;
 use crate::executor::Executor;
@@ -45,6 +45,8 @@ pub enum AppError {
     RequestIdReused(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    NotRetryable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -102,6 +104,7 @@ impl Orchestrator {
             now_ms(),
         );
         saga.version = 1;
+        saga.lease = Some(self.executor.new_lease());
         let (saga, created) = match self.store.create(&saga).await? {
             Created::New => {
                 tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
@@ -187,16 +190,21 @@ impl Orchestrator {
         Ok(self.store.list(status, page_size, after).await?)
     }
 
-    /// Resumes every unfinished saga in the store (after a restart).
-    /// Returns how many were resumed.
-    pub async fn recover(&self) -> Result<usize, AppError> {
-        const BATCH: usize = 10_000;
-        let sagas = self.store.unfinished(BATCH).await?;
-        let count = sagas.len();
-        for saga in sagas {
-            tracing::info!(saga_id = %saga.saga_id, status = saga.status.as_str(), "resuming unfinished saga");
-            self.executor.spawn(saga);
+    /// RetrySaga: gives a FAILED saga's compensations a fresh budget and
+    /// drives it again (after a person fixed the cause).
+    pub async fn retry(&self, saga_id: &str) -> Result<Saga, AppError> {
+        let mut saga = self.get(saga_id).await?;
+        if !engine::resume(&mut saga, now_ms()) {
+            return Err(AppError::NotRetryable(format!(
+                "saga {saga_id} is {}; only FAILED sagas can be retried",
+                saga.status.as_str()
+            )));
         }
-        Ok(count)
+        saga.version += 1;
+        saga.lease = Some(self.executor.new_lease());
+        self.store.save(&saga).await?;
+        tracing::info!(saga_id, "saga resumed by RetrySaga");
+        self.executor.spawn(saga.clone());
+        Ok(saga)
     }
 }

@@ -71,6 +71,24 @@ pub struct EngineConfig {
     /// Attempts of a compensation before the saga is marked FAILED.
     #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = 30)]
     pub compensation_attempts: u32,
+    /// A forward step still failing transiently this long after it started
+    /// is given up and compensated, in milliseconds.
+    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = 60_000)]
+    pub step_deadline_ms: u64,
+    /// Name of this orchestrator instance in saga leases. Default:
+    /// `<hostname>:<gRPC port>`, stable across restarts, so a restarted
+    /// instance resumes its own sagas at once.
+    #[arg(long, env = "ORCHESTRATOR_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+    /// How long a saga lease lasts without renewal, in milliseconds; another
+    /// instance takes the saga over after that. Must exceed the call timeout
+    /// plus the largest retry delay.
+    #[arg(long, env = "LEASE_TTL_MS", default_value_t = 15_000)]
+    pub lease_ttl_ms: u64,
+    /// How often the recovery sweep looks for sagas to resume, in
+    /// milliseconds.
+    #[arg(long, env = "SWEEP_INTERVAL_MS", default_value_t = 1_000)]
+    pub sweep_interval_ms: u64,
     /// Longest CreateOrder with `wait` is held when the client sets no
     /// deadline, in milliseconds.
     #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000)]
@@ -95,8 +113,37 @@ impl EngineConfig {
         crate::executor::RetryPolicy {
             action_attempts: self.action_attempts.max(1),
             compensation_attempts: self.compensation_attempts.max(1),
+            step_deadline: Duration::from_millis(self.step_deadline_ms),
             ..Default::default()
         }
+    }
+
+    /// Everything the running orchestrator needs, for an instance serving
+    /// on `listen`.
+    pub fn settings(&self, listen: SocketAddr) -> Result<crate::Settings, String> {
+        let retry = self.retry_policy();
+        let ttl = Duration::from_millis(self.lease_ttl_ms);
+        let longest_gap = self.call_timeout() + retry.max_delay;
+        if ttl <= longest_gap {
+            return Err(format!(
+                "--lease-ttl-ms ({} ms) must exceed the call timeout plus the largest retry delay ({} ms)",
+                self.lease_ttl_ms,
+                longest_gap.as_millis()
+            ));
+        }
+        let owner = self
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", hostname(), listen.port()));
+        Ok(crate::Settings {
+            retry,
+            lease: crate::executor::LeasePolicy {
+                owner,
+                ttl,
+                sweep_interval: Duration::from_millis(self.sweep_interval_ms.max(10)),
+            },
+            max_wait: self.max_wait(),
+        })
     }
 }
 
@@ -136,6 +183,15 @@ pub struct DevConfig {
     pub mongo: MongoConfig,
     #[command(flatten)]
     pub engine: EngineConfig,
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 /// File name of the orchestrator's embedded store inside its data dir.

@@ -186,6 +186,12 @@ pub fn saga(s: Saga) -> pb::Saga {
         updated_at: Some(timestamp(s.updated_at_ms)),
         reason: s.reason.unwrap_or_default(),
         version: s.version,
+        lease_owner: s
+            .lease
+            .as_ref()
+            .map(|l| l.owner.clone())
+            .unwrap_or_default(),
+        lease_until: s.lease.map(|l| timestamp(l.until_ms)),
     }
 }
 

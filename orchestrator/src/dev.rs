@@ -102,10 +102,7 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
         inventory_channel,
         config.engine.call_timeout(),
     ));
-    let settings = crate::Settings {
-        retry: config.engine.retry_policy(),
-        max_wait: config.engine.max_wait(),
-    };
+    let settings = config.engine.settings(config.orchestrator_listen)?;
     println!(
         "{}",
         banner(

@@ -101,6 +101,7 @@ pub fn start(
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
         version: 0,
+        lease: None,
     };
     saga.history.push(Transition {
         at_ms: now_ms,

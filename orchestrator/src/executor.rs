@@ -4,22 +4,30 @@
 //! [`StepInvoker`]), classifies the reply ([`crate::classify`]), records the
 //! outcome in the saga ([`engine::record`]) and saves it — all before the
 //! next RPC. Retries reuse the step's stable request id, with exponential
-//! backoff and jitter from `backon`, within an attempt budget.
+//! backoff and jitter from `backon`, within an attempt budget and a per-step
+//! deadline.
 //!
-//! Store writes are optimistic: if another writer advanced the saga, this
-//! driver stops (the other one owns it). A store that is down is waited for:
-//! nothing is sent to a participant until the previous outcome is durable.
+//! Ownership: an instance drives a saga only while it holds the saga's
+//! [`Lease`] in the store. Every save renews it, and every save carries the
+//! version read, so if another instance took the saga over (after the lease
+//! expired) this driver's next save fails and it stops. No in-memory lock is
+//! part of correctness; the `driving` set only avoids claiming a saga this
+//! process is already driving.
+//!
+//! A store that is down is waited for: nothing is sent to a participant
+//! until the previous outcome is durable.
 
 use crate::classify::{FailureClass, classify};
 use crate::engine::{self, Next, Outcome};
 use crate::hub::SagaHub;
-use crate::saga::{Saga, Step};
+use crate::saga::{Lease, Saga, Step};
 use crate::store::{SagaStore, StoreError};
 use async_trait::async_trait;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use operation_history::now_ms;
 use service_kit::shutdown::Shutdown;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -46,6 +54,9 @@ pub struct RetryPolicy {
     pub compensation_attempts: u32,
     pub min_delay: Duration,
     pub max_delay: Duration,
+    /// A forward step still failing transiently this long after it started
+    /// is given up (and compensated), whatever attempts remain.
+    pub step_deadline: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -55,6 +66,7 @@ impl Default for RetryPolicy {
             compensation_attempts: 30,
             min_delay: Duration::from_millis(20),
             max_delay: Duration::from_secs(2),
+            step_deadline: Duration::from_secs(60),
         }
     }
 }
@@ -67,6 +79,30 @@ impl RetryPolicy {
             .with_jitter()
             .without_max_times()
             .build()
+    }
+}
+
+/// Who this instance is and how long its leases last.
+#[derive(Debug, Clone)]
+pub struct LeasePolicy {
+    /// Stable name of this orchestrator instance (a restart with the same
+    /// name resumes its own sagas at once instead of waiting for expiry).
+    pub owner: String,
+    /// How long a lease lasts without renewal. Must exceed the longest gap
+    /// between two saves of a driven saga: a participant call's deadline
+    /// plus the largest backoff delay.
+    pub ttl: Duration,
+    /// How often the recovery sweep looks for claimable sagas.
+    pub sweep_interval: Duration,
+}
+
+impl Default for LeasePolicy {
+    fn default() -> Self {
+        LeasePolicy {
+            owner: format!("orchestrator-{}", uuid::Uuid::now_v7().simple()),
+            ttl: Duration::from_secs(15),
+            sweep_interval: Duration::from_secs(1),
+        }
     }
 }
 
@@ -86,8 +122,12 @@ pub struct Executor {
     store: Arc<dyn SagaStore>,
     invoker: Arc<dyn StepInvoker>,
     policy: RetryPolicy,
+    lease: LeasePolicy,
     hub: Arc<SagaHub>,
     shutdown: Shutdown,
+    /// Sagas this process is driving right now (an optimisation: the
+    /// sweep skips them; the store's versions guarantee exclusivity).
+    driving: Mutex<HashSet<String>>,
 }
 
 impl Executor {
@@ -95,6 +135,7 @@ impl Executor {
         store: Arc<dyn SagaStore>,
         invoker: Arc<dyn StepInvoker>,
         policy: RetryPolicy,
+        lease: LeasePolicy,
         hub: Arc<SagaHub>,
         shutdown: Shutdown,
     ) -> Self {
@@ -102,26 +143,111 @@ impl Executor {
             store,
             invoker,
             policy,
+            lease,
             hub,
             shutdown,
+            driving: Mutex::new(HashSet::new()),
         }
     }
 
-    /// Drives `saga` on its own task, so it continues whatever the caller does.
-    pub fn spawn(self: &Arc<Self>, saga: Saga) {
+    /// A lease for this instance starting now.
+    pub fn new_lease(&self) -> Lease {
+        Lease {
+            owner: self.lease.owner.clone(),
+            until_ms: now_ms()
+                .saturating_add(i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// Drives `saga` — already leased to this instance in the store — on its
+    /// own task, so it continues whatever the caller does. Returns false if
+    /// this process is already driving it.
+    pub fn spawn(self: &Arc<Self>, saga: Saga) -> bool {
+        if let Ok(mut driving) = self.driving.lock()
+            && !driving.insert(saga.saga_id.clone())
+        {
+            return false;
+        }
         let this = self.clone();
         let span =
             tracing::info_span!("saga", saga_id = %saga.saga_id, request_id = %saga.request_id);
         tokio::spawn(
             async move {
+                let saga_id = saga.saga_id.clone();
                 match this.drive(saga).await {
                     Ok(saga) => tracing::info!(status = saga.status.as_str(), "saga finished"),
                     Err(DriveError::ShuttingDown) => tracing::info!("saga paused for shutdown"),
                     Err(error) => tracing::warn!(%error, "stopped driving saga"),
                 }
+                if let Ok(mut driving) = this.driving.lock() {
+                    driving.remove(&saga_id);
+                }
             }
             .instrument(span),
         );
+        true
+    }
+
+    /// Takes `saga` (read from the store) over: writes this instance's
+    /// lease with the version read, then drives it. Returns false when
+    /// another writer got there first or this process already drives it.
+    pub async fn claim(self: &Arc<Self>, mut saga: Saga) -> Result<bool, StoreError> {
+        if self.driving.lock().is_ok_and(|d| d.contains(&saga.saga_id)) {
+            return Ok(false);
+        }
+        let previous = saga.lease.as_ref().map(|l| l.owner.clone());
+        saga.lease = Some(self.new_lease());
+        saga.version += 1;
+        match self.store.save(&saga).await {
+            Ok(()) => {
+                if previous.as_deref().is_some_and(|p| p != self.lease.owner) {
+                    metrics::counter!("saga_lease_takeovers_total").increment(1);
+                    tracing::info!(saga_id = %saga.saga_id, previous_owner = ?previous, "took over saga with an expired lease");
+                }
+                Ok(self.spawn(saga))
+            }
+            Err(StoreError::Conflict { .. }) => Ok(false),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// One recovery sweep: claims every saga whose lease expired (or, with
+    /// `including_own`, that this instance owned before a restart).
+    /// Returns how many were claimed.
+    pub async fn sweep(self: &Arc<Self>, including_own: bool) -> Result<usize, StoreError> {
+        const BATCH: usize = 1_000;
+        let owner = including_own.then_some(self.lease.owner.as_str());
+        let candidates = self.store.claimable(now_ms(), owner, BATCH).await?;
+        let mut claimed = 0;
+        for saga in candidates {
+            if self.shutdown.is_triggered() {
+                break;
+            }
+            if self.claim(saga).await? {
+                claimed += 1;
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Sweeps at start-up (own sagas included) and then periodically until
+    /// shutdown, so sagas of a crashed instance are resumed by a live one.
+    pub async fn run_sweeper(self: Arc<Self>) {
+        let mut first = true;
+        loop {
+            match self.sweep(first).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(sagas = n, "resumed sagas"),
+                Err(error) => {
+                    tracing::warn!(%error, "recovery sweep failed; retrying at the next one")
+                }
+            }
+            first = false;
+            tokio::select! {
+                _ = tokio::time::sleep(self.lease.sweep_interval) => {}
+                _ = self.shutdown.wait() => return,
+            }
+        }
     }
 
     /// Runs the saga until it is terminal; returns its final state.
@@ -139,7 +265,7 @@ impl Executor {
                 Next::Compensate(i) => (i, Phase::Compensation),
             };
             if self.shutdown.is_triggered() {
-                return Err(DriveError::ShuttingDown);
+                return Err(self.release(saga).await);
             }
             if work != current {
                 current = work;
@@ -162,12 +288,12 @@ impl Executor {
                 .invoke(&saga, step, phase)
                 .instrument(span.clone())
                 .await;
-            let outcome = self.outcome(phase, attempt, reply);
+            let outcome = self.outcome(phase, step, attempt, reply);
             let retrying = matches!(
                 outcome,
                 Outcome::Retrying(_) | Outcome::CompensationRetrying(_)
             );
-            span.in_scope(|| log_outcome(&outcome));
+            span.in_scope(|| count_and_log(&outcome));
             engine::record(&mut saga, work, outcome, now_ms());
             self.persist(&mut saga).await?;
             self.hub.publish(&saga);
@@ -175,13 +301,19 @@ impl Executor {
                 let delay = backoff.next().unwrap_or(self.policy.max_delay);
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
-                    _ = self.shutdown.wait() => return Err(DriveError::ShuttingDown),
+                    _ = self.shutdown.wait() => return Err(self.release(saga).await),
                 }
             }
         }
     }
 
-    fn outcome(&self, phase: Phase, attempt: u32, reply: Result<(), tonic::Status>) -> Outcome {
+    fn outcome(
+        &self,
+        phase: Phase,
+        step: &Step,
+        attempt: u32,
+        reply: Result<(), tonic::Status>,
+    ) -> Outcome {
         let error = match reply {
             Ok(()) => {
                 return match phase {
@@ -198,6 +330,10 @@ impl Executor {
                 FailureClass::Transient if attempt >= self.policy.action_attempts => {
                     Outcome::GaveUp(message)
                 }
+                FailureClass::Transient if self.past_deadline(step) => Outcome::GaveUp(format!(
+                    "step deadline of {:?} passed; last error {message}",
+                    self.policy.step_deadline
+                )),
                 FailureClass::Transient => Outcome::Retrying(message),
             },
             // A compensation must eventually happen: even a refusal (which
@@ -210,9 +346,21 @@ impl Executor {
         }
     }
 
-    /// Saves the saga's next version, waiting out store outages.
+    fn past_deadline(&self, step: &Step) -> bool {
+        let deadline = i64::try_from(self.policy.step_deadline.as_millis()).unwrap_or(i64::MAX);
+        step.started_at_ms
+            .is_some_and(|started| now_ms().saturating_sub(started) >= deadline)
+    }
+
+    /// Saves the saga's next version with a renewed lease (none once
+    /// terminal), waiting out store outages.
     async fn persist(&self, saga: &mut Saga) -> Result<(), DriveError> {
         saga.version += 1;
+        saga.lease = if saga.status.is_terminal() {
+            None
+        } else {
+            Some(self.new_lease())
+        };
         let mut backoff = self.policy.backoff();
         loop {
             let error = match self.store.save(saga).await {
@@ -240,18 +388,34 @@ impl Executor {
             }
         }
     }
+
+    /// At shutdown: gives the lease up (best effort) so another instance can
+    /// take the saga over at once instead of after expiry.
+    async fn release(&self, mut saga: Saga) -> DriveError {
+        saga.version += 1;
+        saga.lease = None;
+        if let Err(error) = self.store.save(&saga).await {
+            tracing::debug!(%error, "could not release the lease; it expires on its own");
+        }
+        DriveError::ShuttingDown
+    }
 }
 
-fn log_outcome(outcome: &Outcome) {
+fn count_and_log(outcome: &Outcome) {
     match outcome {
         Outcome::Succeeded => tracing::debug!("action applied"),
-        Outcome::Compensated => tracing::info!("compensation applied"),
+        Outcome::Compensated => {
+            metrics::counter!("saga_compensations_total").increment(1);
+            tracing::info!("compensation applied")
+        }
         Outcome::Refused(reason) => tracing::info!(%reason, "action refused; compensating"),
         Outcome::Retrying(error) | Outcome::CompensationRetrying(error) => {
+            metrics::counter!("saga_step_retries_total").increment(1);
             tracing::warn!(%error, "attempt failed; retrying")
         }
         Outcome::GaveUp(error) => tracing::warn!(%error, "attempt budget spent; compensating"),
         Outcome::CompensationGaveUp(error) => {
+            metrics::counter!("saga_failed_total").increment(1);
             tracing::error!(%error, "compensation budget spent; saga FAILED and needs attention")
         }
     }

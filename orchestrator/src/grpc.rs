@@ -22,6 +22,7 @@ impl From<AppError> for Status {
         match e {
             AppError::RequestIdReused(_) => Status::already_exists(message),
             AppError::NotFound(_) => Status::not_found(message),
+            AppError::NotRetryable(_) => Status::failed_precondition(message),
             AppError::Store(crate::store::StoreError::Conflict { .. }) => Status::aborted(message),
             AppError::Store(_) => Status::unavailable(message),
         }
@@ -120,6 +121,16 @@ impl pb::saga_service_server::SagaService for SagaApi {
             }
             None => return Err(validate::invalid("saga_id", "set saga_id or request_id")),
         };
+        Ok(Response::new(convert::saga(saga)))
+    }
+
+    async fn retry_saga(
+        &self,
+        request: Request<pb::RetrySagaRequest>,
+    ) -> Result<Response<pb::Saga>, Status> {
+        let r = request.into_inner();
+        validate::id("saga_id", &r.saga_id)?;
+        let saga = self.app.retry(&r.saga_id).await?;
         Ok(Response::new(convert::saga(saga)))
     }
 

@@ -35,7 +35,7 @@ pub mod order_saga;
 pub mod saga;
 pub mod store;
 
-use executor::{Executor, RetryPolicy, StepInvoker};
+use executor::{Executor, LeasePolicy, RetryPolicy, StepInvoker};
 use service_kit::server::{self, ServeError};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
@@ -46,6 +46,7 @@ use tokio::net::TcpListener;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub retry: RetryPolicy,
+    pub lease: LeasePolicy,
     pub max_wait: Duration,
 }
 
@@ -53,13 +54,15 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             retry: RetryPolicy::default(),
+            lease: LeasePolicy::default(),
             max_wait: Duration::from_secs(30),
         }
     }
 }
 
-/// Resumes unfinished sagas, then serves `saga.v1` on `listener` until
-/// `shutdown` fires.
+/// Serves `saga.v1` on `listener` until `shutdown` fires, with the recovery
+/// sweep running beside it (it resumes this instance's unfinished sagas at
+/// once and any saga whose lease expired).
 pub async fn serve(
     store: Arc<dyn store::SagaStore>,
     invoker: Arc<dyn StepInvoker>,
@@ -75,17 +78,12 @@ pub async fn serve(
         store.clone(),
         invoker,
         settings.retry.clone(),
+        settings.lease.clone(),
         hub.clone(),
         shutdown.clone(),
     ));
+    let sweeper = tokio::spawn(executor.clone().run_sweeper());
     let app = Arc::new(app::Orchestrator::new(store, executor, hub));
-    match app.recover().await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(sagas = n, "resumed unfinished sagas"),
-        Err(error) => {
-            tracing::error!(%error, "could not list unfinished sagas; they resume on the next start")
-        }
-    }
     let routes = tonic::service::Routes::new(OrderServiceServer::new(grpc::OrderApi::new(
         app.clone(),
         settings.max_wait,
@@ -96,7 +94,9 @@ pub async fn serve(
         &[<SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME],
     )
     .await?;
-    server::serve(routes, listener, shutdown).await
+    let served = server::serve(routes, listener, shutdown).await;
+    let _ = sweeper.await;
+    served
 }
 
 /// Opens the saga store: MongoDB when a URI is configured (waiting for the

@@ -49,10 +49,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     );
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
-    let settings = orchestrator::Settings {
-        retry: config.engine.retry_policy(),
-        max_wait: config.engine.max_wait(),
-    };
+    let settings = config.engine.settings(config.listen)?;
     orchestrator::serve(store, Arc::new(invoker), settings, listener, shutdown).await?;
     Ok(())
 }

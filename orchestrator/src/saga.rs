@@ -156,10 +156,34 @@ pub struct Saga {
     /// Optimistic-concurrency version: every store update requires the
     /// version it read and increments it.
     pub version: u64,
+    /// Which orchestrator instance drives the saga, and until when. None
+    /// once terminal (or released at shutdown).
+    #[serde(default)]
+    pub lease: Option<Lease>,
+}
+
+/// A time-limited claim on driving one saga, kept in the store. The owner
+/// renews it with every write; after `until_ms` any instance may take the
+/// saga over (its write must still carry the version it read, so two
+/// instances never both advance it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub owner: String,
+    pub until_ms: i64,
 }
 
 impl Saga {
     pub fn step(&self, name: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// Lease expiry used by store queries: 0 when unowned.
+    pub fn lease_until_ms(&self) -> i64 {
+        self.lease.as_ref().map_or(0, |l| l.until_ms)
+    }
+
+    /// The lease owner, if any.
+    pub fn lease_owner(&self) -> Option<&str> {
+        self.lease.as_ref().map(|l| l.owner.as_str())
     }
 }

@@ -1,9 +1,15 @@
 //! `payment.v1` adapter: checks and converts wire types, calls the store,
 //! maps results to replies and status codes. No business logic lives here.
+//!
+//! Charge and Refund consult the fault injector ([`Faults`]) after their
+//! input is validated: before the store call (latency, transient error,
+//! refusal) and after it (lost reply). GetAccount and Deposit are never
+//! faulted (see `service_kit::faults` for why).
 
 use crate::store::{AccountView, PaymentStore, Transfer};
 use operation_history::{ActionReply, CompensationResult, OperationRecord};
 use saga_proto::payment::v1 as pb;
+use service_kit::faults::{CallKind, Faults};
 use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -16,11 +22,18 @@ const MAX_OPERATIONS: usize = 100;
 /// Implements `payment.v1.PaymentService` over a [`PaymentStore`].
 pub struct PaymentApi {
     store: Arc<dyn PaymentStore>,
+    faults: Arc<Faults>,
 }
 
 impl PaymentApi {
+    /// Without fault injection.
     pub fn new(store: Arc<dyn PaymentStore>) -> Self {
-        PaymentApi { store }
+        Self::with_faults(store, Arc::new(Faults::disabled()))
+    }
+
+    /// Consulting `faults` on every Charge and Refund.
+    pub fn with_faults(store: Arc<dyn PaymentStore>, faults: Arc<Faults>) -> Self {
+        PaymentApi { store, faults }
     }
 }
 
@@ -87,13 +100,24 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let charge = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = charge.request_id.clone();
         let span = tracing::info_span!("charge", request_id = %request_id, customer_id = %charge.customer_id);
-        let (balance_cents, replayed) = applied(self.store.charge(charge).instrument(span).await?)?;
-        tracing::debug!(balance_cents, replayed, "charged");
-        Ok(Response::new(pb::ChargeResponse {
-            request_id,
-            balance_cents,
-            replayed,
-        }))
+        async move {
+            let admitted = self.faults.before(CallKind::Action, &request_id).await?;
+            let reply = self
+                .store
+                .charge(charge)
+                .await
+                .map_err(Status::from)
+                .and_then(applied);
+            let (balance_cents, replayed) = self.faults.after(admitted, &request_id, reply)?;
+            tracing::debug!(balance_cents, replayed, "charged");
+            Ok(Response::new(pb::ChargeResponse {
+                request_id,
+                balance_cents,
+                replayed,
+            }))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn refund(
@@ -103,7 +127,12 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let r = request.into_inner();
         let refund = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = refund.request_id.clone();
-        let result = self.store.refund(refund).await?;
+        let admitted = self
+            .faults
+            .before(CallKind::Compensation, &request_id)
+            .await?;
+        let reply = self.store.refund(refund).await.map_err(Status::from);
+        let result = self.faults.after(admitted, &request_id, reply)?;
         tracing::info!(request_id = %request_id, effect = ?result.effect, replayed = result.replayed, "refund");
         Ok(Response::new(pb::RefundResponse {
             request_id,
@@ -149,7 +178,16 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let r = request.into_inner();
         let deposit = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = deposit.request_id.clone();
-        let (balance_cents, replayed) = applied(self.store.deposit(deposit).await?)?;
+        // Admin seeding: never faulted (draws nothing); asked anyway so the
+        // policy lives in one place.
+        let admitted = self.faults.before(CallKind::Admin, &request_id).await?;
+        let reply = self
+            .store
+            .deposit(deposit)
+            .await
+            .map_err(Status::from)
+            .and_then(applied);
+        let (balance_cents, replayed) = self.faults.after(admitted, &request_id, reply)?;
         Ok(Response::new(pb::DepositResponse {
             request_id,
             balance_cents,

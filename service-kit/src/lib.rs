@@ -3,6 +3,9 @@
 //! - [`embedded`]: the embedded durable store every service uses by default —
 //!   SQLite in WAL mode behind one writer thread that group-commits the writes
 //!   of many concurrent requests into one transaction.
+//! - [`faults`]: fault injection in the participants (latency, transient
+//!   errors, refusals, lost replies; seeded, deterministic) and its
+//!   `faults.v1` admin service.
 //! - [`mongo`]: MongoDB connection, indexes and error classification shared by
 //!   the MongoDB backends.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
@@ -12,6 +15,7 @@
 //! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
 
 pub mod embedded;
+pub mod faults;
 pub mod mongo;
 pub mod server;
 pub mod shutdown;

@@ -27,7 +27,11 @@ What is emulated on top (see README.md beside this file):
     seconds of inactivity, or when the connection that last used it closes.
     Operations outside the transaction wait until it ends (so they never see
     uncommitted writes); a second transaction waits up to --txn-wait-ms and then
-    gets WriteConflict (112) with the TransientTransactionError label.
+    gets WriteConflict (112) with the TransientTransactionError label;
+  * simulated outages: {emulatorOutage: <ms>} on the admin db replies ok, then closes every
+    client connection, aborts the open transaction, forgets cursors and stops listening
+    (connections are refused) for <ms> milliseconds; then it listens on the same port again
+    with all data intact. For tests of "the database went away mid-work".
 
 All command processing is serialised by one lock: simple and thread-safe.
 """
@@ -35,12 +39,14 @@ All command processing is serialised by one lock: simple and thread-safe.
 import argparse
 import copy
 import datetime
+import errno
 import itertools
 import logging
 import numbers
 import os
 import random
 import re
+import select
 import signal
 import socket
 import sys
@@ -382,6 +388,15 @@ class ConnState:
     def __init__(self, peer):
         self.id = next(ConnState._next)
         self.peer = peer
+        # Run by the connection's thread once the current reply is sent (emulatorOutage).
+        self.after_reply = None
+        # A command ran and its reply is not sent yet (guarded by Engine.cv): an outage waits
+        # for it, so a command either runs and is answered, or does not run at all.
+        self.replying = False
+
+
+class ServerDown(Exception):
+    """The emulated server is in an outage: drop the connection without a reply."""
 
 
 # Reads: outside a transaction they see the committed state (no waiting).
@@ -413,7 +428,12 @@ class Engine:
         self.indexes = {}  # (db, coll) -> [Index] (missing: rebuilt lazily)
         self.election_id = ObjectId('7fffffff0000000000000001')
         self.started = time.time()
-        self.stats = {'commands': 0, 'txn_commits': 0, 'txn_aborts': 0, 'write_conflicts': 0}
+        self.stats = {'commands': 0, 'txn_commits': 0, 'txn_aborts': 0, 'write_conflicts': 0,
+                      'outages': 0}
+        # Simulated outage (emulatorOutage): no command runs before this monotonic time.
+        self.down_until = 0.0
+        # Set by the server: starts an outage of the given seconds (see EmulatorServer).
+        self.outage_hook = None
         self.handlers = {
             'ping': self.cmd_ping,
             'buildinfo': self.cmd_build_info,
@@ -451,13 +471,40 @@ class Engine:
             'renamecollection': self.cmd_rename_collection,
             'dbstats': self.cmd_db_stats,
             'collstats': self.cmd_coll_stats,
+            'emulatoroutage': self.cmd_emulator_outage,
         }
         reaper = threading.Thread(target=self._reaper, name='reaper', daemon=True)
         reaper.start()
 
     # ---------------------------------------------------------------- dispatch
 
+    def is_down(self):
+        return time.monotonic() < self.down_until
+
+    def _refuse_if_down(self):
+        if self.is_down():
+            raise ServerDown()
+
     def handle(self, cmd, conn):
+        """The reply to one command, or None when the connection must be dropped unanswered
+        (the server is in a simulated outage). The caller must call reply_sent(conn) once
+        the reply is sent (or the connection is gone)."""
+        with self.cv:  # re-entrant; cv.wait inside still releases it fully
+            try:
+                reply = self._handle(cmd, conn)
+            except ServerDown:
+                log.debug('conn%d: command during outage, dropping the connection', conn.id)
+                return None
+            conn.replying = True
+            return reply
+
+    def reply_sent(self, conn):
+        with self.cv:
+            if conn.replying:
+                conn.replying = False
+                self.cv.notify_all()
+
+    def _handle(self, cmd, conn):
         if not cmd:
             return CmdError(59, 'CommandNotFound', 'no command given').reply()
         name = next(iter(cmd))
@@ -466,6 +513,8 @@ class Engine:
         if lname in ('committransaction', 'aborttransaction'):
             try:
                 return self.handle_txn_end(cmd, conn, commit=lname == 'committransaction')
+            except ServerDown:
+                raise
             except Exception as exc:  # noqa: BLE001
                 return _convert_exception(exc).reply()
         handler = self.handlers.get(lname)
@@ -477,9 +526,13 @@ class Engine:
         try:
             if lname not in DATA_COMMANDS and lname not in ('getmore', 'killcursors'):
                 with self.cv:
+                    self._refuse_if_down()
                     return handler(cmd, Ctx(db, conn))
             with self.cv:
+                self._refuse_if_down()
                 return self._run_data_command(lname, handler, cmd, Ctx(db, conn))
+        except ServerDown:
+            raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a reply
             err = _convert_exception(exc)
             if log.isEnabledFor(logging.DEBUG):
@@ -488,6 +541,7 @@ class Engine:
 
     def handle_txn_end(self, cmd, conn, commit):
         with self.cv:
+            self._refuse_if_down()
             lkey = _lsid_key(cmd)
             number = _txn_number(cmd)
             if lkey is None or number is None:
@@ -582,6 +636,7 @@ class Engine:
                     'Please retry your operation or multi-document transaction.',
                     labels=['TransientTransactionError'])
             self.cv.wait(min(remaining, 0.05))
+            self._refuse_if_down()
         self.txn = Txn(lkey, number, conn)
         return self.txn
 
@@ -602,6 +657,7 @@ class Engine:
                 raise CmdError(50, 'MaxTimeMSExpired',
                                'operation timed out waiting for an open transaction')
             self.cv.wait(min(remaining, 0.05))
+            self._refuse_if_down()
 
     def _expire_if_idle(self):
         t = self.txn
@@ -909,6 +965,24 @@ class Engine:
 
     def cmd_get_log(self, cmd, ctx):
         return OrderedDict([('totalLinesWritten', 0), ('log', []), ('ok', 1.0)])
+
+    def cmd_emulator_outage(self, cmd, ctx):
+        """{emulatorOutage: <ms>} on admin: reply ok, then act like a server that is lost for
+        <ms> milliseconds and comes back with its data (see EmulatorServer.start_outage)."""
+        if ctx.db != 'admin':
+            raise CmdError(13, 'Unauthorized',
+                           'emulatorOutage may only be run against the admin database.')
+        ms = cmd.get('emulatorOutage')
+        if (not isinstance(ms, numbers.Number) or isinstance(ms, bool) or ms != ms
+                or not 0 <= ms <= 600000):
+            raise CmdError(2, 'BadValue',
+                           'emulatorOutage takes a duration in milliseconds (0 to 600000), '
+                           'not %s' % _fmt(ms))
+        if self.outage_hook is None:
+            raise CmdError(238, 'NotImplemented', 'no server to take down')
+        hook = self.outage_hook
+        ctx.conn.after_reply = lambda: hook(float(ms) / 1000.0)
+        return OrderedDict([('outageMs', float(ms)), ('ok', 1.0)])
 
     def cmd_list_commands(self, cmd, ctx):
         return OrderedDict([('commands', {k: {} for k in sorted(self.handlers)}), ('ok', 1.0)])
@@ -1682,20 +1756,154 @@ def _short(cmd, limit=300):
 
 # ------------------------------------------------------------------ server
 
+def bind_listener(host, port):
+    """A non-blocking listening socket on (host, port), with SO_REUSEADDR so that a fixed port
+    just released by another process (or by our own outage) can be bound again at once, even
+    while connections to it linger in TIME_WAIT."""
+    family, socktype, proto, _, addr = socket.getaddrinfo(
+        host, port, socket.AF_INET, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bind_listener_retrying(host, port, patience):
+    """bind_listener, retrying a fixed port that is still in use for up to `patience` seconds
+    (a previous owner may still be exiting)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return bind_listener(host, port)
+        except OSError as exc:
+            if port == 0 or exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 class EmulatorServer(mockupdb.MockupDB):
-    """mockupdb's listener/accept loop, with our own per-connection loop.
+    """mockupdb's wire framing, with our own accept loop and per-connection loop.
 
     mockupdb's own _server_loop holds one lock around every request; we replace it so that
-    a command waiting for a transaction does not block the other connections.
+    a command waiting for a transaction does not block the other connections. Our accept
+    loop can also stop listening for a while: see start_outage.
     """
 
     def __init__(self, engine, host, port):
         super().__init__(port=port, request_timeout=int(1e6))
         self._address = (host, port)
         self.engine = engine
+        engine.outage_hook = self.start_outage
+        self._clients = {}  # socket -> ConnState, guarded by engine.cv
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    def run(self):
+        """Bind and start accepting. Returns the bound port."""
+        host, port = self._address
+        self._listening_sock = bind_listener_retrying(host, port, 3.0)
+        self._address = (host, self._listening_sock.getsockname()[1])
+        self._accept_thread = threading.Thread(target=self._accept_loop, name='accept',
+                                               daemon=True)
+        self._accept_thread.start()
+        return self.port
+
+    def close_listener(self):
+        sock, self._listening_sock = self._listening_sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _wake(self):
+        try:
+            self._wake_w.send(b'x')
+        except OSError:
+            pass
+
+    def start_outage(self, seconds):
+        """Act like a server that is lost for `seconds` and then comes back with its data:
+        every open client connection is closed, the open transaction is aborted and cursors
+        are forgotten (as after a failover or restart), and new connections are refused (the
+        port stops listening) until the time is up. Stored data is untouched."""
+        engine = self.engine
+        with engine.cv:
+            engine.down_until = max(engine.down_until, time.monotonic() + seconds)
+            engine.stats['outages'] += 1
+            # No command starts from now on; let the answered ones reach their clients.
+            deadline = time.monotonic() + 2.0
+            while (any(c.replying for c in self._clients.values())
+                   and time.monotonic() < deadline):
+                engine.cv.wait(0.02)
+            if engine.txn is not None:
+                log.info('outage: transaction %s aborted', engine.txn.number)
+                engine._rollback(engine.txn, 'server outage')
+            engine.cursors.clear()
+            clients = list(self._clients)
+            for client in clients:
+                try:
+                    client.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            engine.cv.notify_all()
+        log.warning('outage: %d connection(s) closed; refusing connections for %.0f ms',
+                    len(clients), seconds * 1000)
+        self._wake()
+
+    def _accept_loop(self):
+        host, port = self._address
+        while not self._stopped:
+            remaining = self.engine.down_until - time.monotonic()
+            if remaining > 0:
+                if self._listening_sock is not None:
+                    self.close_listener()
+                time.sleep(min(remaining, 0.02))
+                continue
+            if self._listening_sock is None:
+                try:
+                    self._listening_sock = bind_listener_retrying(host, port, 10.0)
+                except OSError as exc:
+                    log.error('outage over but port %d cannot be bound again: %s', port, exc)
+                    time.sleep(0.5)
+                    continue
+                log.warning('outage over: accepting connections on %s:%d again', host, port)
+            listening = self._listening_sock
+            try:
+                ready, _, _ = select.select([listening, self._wake_r], [], [], 0.5)
+            except (OSError, ValueError):
+                continue  # closed under us (stopping or an outage started)
+            if self._wake_r in ready:
+                try:
+                    while self._wake_r.recv(64):
+                        pass
+                except OSError:
+                    pass
+            if listening not in ready:
+                continue
+            try:
+                client, client_addr = listening.accept()
+            except OSError:
+                continue  # EAGAIN, or closed under us
+            client.setblocking(True)
+            threading.Thread(target=self._server_loop, args=(client, client_addr),
+                             daemon=True).start()
 
     def _server_loop(self, client, client_addr):
         conn = ConnState('%s:%d' % tuple(client_addr[:2]))
+        with self.engine.cv:
+            if self.engine.is_down():
+                # Accepted just before the listener closed: lost like the others.
+                client.close()
+                return
+            self._clients[client] = conn
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
@@ -1712,7 +1920,10 @@ class EmulatorServer(mockupdb.MockupDB):
                     break
                 if isinstance(request, mockupdb.OpMsg):
                     reply = self.engine.handle(request.doc, conn)
+                    if reply is None:
+                        break  # outage: dropped unanswered
                     if request.flags & mockupdb.OP_MSG_FLAGS['moreToCome']:
+                        self.engine.reply_sent(conn)
                         continue  # unacknowledged write: no reply
                     data = mockupdb.OpMsgReply(reply).reply_bytes(request)
                 elif isinstance(request, mockupdb.Command):
@@ -1722,6 +1933,8 @@ class EmulatorServer(mockupdb.MockupDB):
                     doc = OrderedDict(doc)
                     doc.setdefault('$db', request.namespace)
                     reply = self.engine.handle(doc, conn)
+                    if reply is None:
+                        break
                     data = mockupdb.OpReply(reply).reply_bytes(request)
                 else:
                     log.warning('conn%d: unsupported legacy opcode %r, closing', conn.id,
@@ -1731,14 +1944,22 @@ class EmulatorServer(mockupdb.MockupDB):
                     client.sendall(data)
                 except OSError:
                     break
+                finally:
+                    self.engine.reply_sent(conn)
+                if conn.after_reply is not None:
+                    action, conn.after_reply = conn.after_reply, None
+                    action()
         finally:
             log.debug('conn%d closed', conn.id)
+            with self.engine.cv:
+                self._clients.pop(client, None)
+                conn.replying = False
+                self.engine.cv.notify_all()
             self.engine.connection_closed(conn)
             try:
                 client.close()
             except OSError:
                 pass
-
 
 
 def _stdin_is_pipe():
@@ -1803,11 +2024,8 @@ def main(argv=None):
     while not stop.wait(0.2):
         pass
     log.info('stopping (%s)', ', '.join('%s=%s' % kv for kv in engine.stats.items()))
-    try:
-        server._stopped = True
-        server._listening_sock.close()
-    except OSError:
-        pass
+    server._stopped = True
+    server.close_listener()
     logging.shutdown()
     sys.stdout.flush()
     # Skip interpreter teardown (mockupdb's atexit hook joins threads for up to 10 s).

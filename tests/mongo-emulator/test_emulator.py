@@ -615,6 +615,109 @@ def retried_commit_is_ok():
     sock.close()
 
 
+def _refused(port):
+    """True when a command on a new connection fails (refused, or closed unanswered)."""
+    try:
+        r, s = raw_command(port, {'ping': 1, '$db': 'admin'})
+    except OSError:
+        return True
+    s.close()
+    return False
+
+
+@test
+def outage():
+    c = db().outage
+    c.drop()
+    c.insert_many([{'_id': i, 'n': Int64(i)} for i in range(5)])
+    r, s = raw_command(EMU.port, {'emulatorOutage': 500, '$db': 'selftest'})
+    s.close()
+    eq((r['ok'], r['code']), (0.0, 13), 'only on admin')
+    r, s = raw_command(EMU.port, {'emulatorOutage': 'soon', '$db': 'admin'})
+    s.close()
+    eq((r['ok'], r['code']), (0.0, 2), 'needs milliseconds')
+
+    # An open transaction (uncommitted insert) on one connection, a plain write waiting for it
+    # on another, an idle third connection.
+    lsid = {'id': bson.Binary(os.urandom(16), 4)}
+    base = {'lsid': lsid, 'txnNumber': Int64(1), 'autocommit': False}
+    r, txn_sock = raw_command(EMU.port, dict({'insert': 'outage', 'documents': [{'_id': 'txn'}],
+                                              'startTransaction': True, '$db': 'selftest'},
+                                             **base))
+    eq(r['ok'], 1.0, 'txn insert')
+    r, idle = raw_command(EMU.port, {'ping': 1, '$db': 'admin'})
+    waiting = {}
+
+    def blocked_write():
+        try:
+            waiting['reply'] = raw_command(EMU.port, {'insert': 'outage',
+                                                      'documents': [{'_id': 'blocked'}],
+                                                      '$db': 'selftest'})[0]
+        except OSError as exc:
+            waiting['error'] = exc
+    t = threading.Thread(target=blocked_write)
+    t.start()
+    time.sleep(0.2)
+    ok(t.is_alive(), 'the plain write waits for the transaction')
+
+    outage_ms = 700
+    t0 = time.monotonic()
+    r, s = raw_command(EMU.port, {'emulatorOutage': outage_ms, '$db': 'admin'})
+    eq(r, {'outageMs': float(outage_ms), 'ok': 1.0}, 'reply before the outage')
+    s.settimeout(2)
+    eq(s.recv(1), b'', 'the connection that asked is closed too')
+    s.close()
+    idle.settimeout(2)
+    eq(idle.recv(1), b'', 'idle connection closed')
+    idle.close()
+    t.join(2)
+    ok(not t.is_alive() and 'error' in waiting,
+       'the waiting write is dropped unanswered, not run: %r' % waiting)
+    ok(_refused(EMU.port), 'new connections refused during the outage')
+    txn_sock.settimeout(2)
+    eq(txn_sock.recv(1), b'', 'the transaction connection is closed')
+    txn_sock.close()
+
+    while _refused(EMU.port):
+        ok(time.monotonic() - t0 < outage_ms / 1000.0 + 5, 'service resumes')
+        time.sleep(0.02)
+    back = time.monotonic() - t0
+    ok(back >= outage_ms / 1000.0 - 0.05, 'down for the whole outage (%.2fs)' % back)
+    ok(back < outage_ms / 1000.0 + 1, 'back soon after the outage (%.2fs)' % back)
+
+    # Data intact; the open transaction was aborted; the waiting write never ran.
+    eq(sorted(d['_id'] for d in c.find()), [0, 1, 2, 3, 4], 'committed data survives')
+    eq(type(c.find_one({'_id': 4})['n']), Int64, 'types survive')
+    r, s = raw_command(EMU.port, dict({'commitTransaction': 1, '$db': 'admin'}, **base))
+    s.close()
+    eq((r['ok'], r['code']), (0.0, 251), 'the open transaction was aborted')
+    c.insert_one({'_id': 'after'})
+    eq(c.count_documents({}), 6, 'writes work again')
+    eq(CLIENT.admin.command('serverStatus')['emulator']['outages'], 1, 'counted')
+
+
+@test
+def restart_on_the_same_port():
+    first = Emulator()
+    port = first.port
+    client = MongoClient(first.uri(), serverSelectionTimeoutMS=2000)
+    client.selftest.reuse.insert_one({'a': 1})
+    # The server side closes first, so its end of these connections lingers in TIME_WAIT:
+    # binding the port again needs SO_REUSEADDR.
+    first.proc.kill()
+    first.proc.wait()
+    client.close()
+    t0 = time.monotonic()
+    second = Emulator('--port', str(port))
+    try:
+        eq(second.port, port, 'same port')
+        ok(time.monotonic() - t0 < 2.5, 'bound at once')
+        with MongoClient(second.uri(), serverSelectionTimeoutMS=2000) as c2:
+            eq(c2.admin.command('ping')['ok'], 1.0, 'serves')
+    finally:
+        second.stop()
+
+
 @test
 def throughput():
     c = db().perf

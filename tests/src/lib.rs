@@ -9,6 +9,7 @@
 
 pub mod backends;
 pub mod conformance;
+pub mod crash;
 
 use inventory_svc::store::SqliteInventoryStore;
 use orchestrator::executor::RetryPolicy;
@@ -35,14 +36,21 @@ use tonic::transport::Channel;
 pub struct Running {
     pub addr: SocketAddr,
     shutdown: Shutdown,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Running {
     /// Stops the service and waits until it no longer serves.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
+        self.halt().await;
+    }
+
+    /// Stops the service in place (its address stays known for a restart).
+    pub async fn halt(&mut self) {
         self.shutdown.trigger();
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 
@@ -53,7 +61,7 @@ pub enum Service {
     Inventory,
 }
 
-async fn listener(addr: SocketAddr) -> tokio::net::TcpListener {
+pub async fn listener(addr: SocketAddr) -> tokio::net::TcpListener {
     // A restarted service rebinds its old port; the previous listener was
     // just closed, so retry briefly.
     for _ in 0..50 {
@@ -144,7 +152,7 @@ impl Storage {
         }
     }
 
-    async fn sagas(&self) -> Arc<dyn orchestrator::store::SagaStore> {
+    pub async fn sagas(&self) -> Arc<dyn orchestrator::store::SagaStore> {
         match self {
             Storage::Embedded(dir) => Arc::new(
                 SqliteSagaStore::open(&dir.join("orchestrator.db"), Durability::Process)
@@ -193,7 +201,7 @@ pub async fn start_participant(
     Running {
         addr,
         shutdown,
-        task,
+        task: Some(task),
     }
 }
 
@@ -204,6 +212,21 @@ pub fn fast_retry() -> RetryPolicy {
         compensation_attempts: 30,
         min_delay: Duration::from_millis(5),
         max_delay: Duration::from_millis(100),
+        step_deadline: Duration::from_secs(30),
+    }
+}
+
+/// Test settings: `retry`, short leases owned by `test-<port>` (stable
+/// across a restart on the same port), a fast recovery sweep.
+pub fn test_settings(retry: RetryPolicy, port: u16) -> orchestrator::Settings {
+    orchestrator::Settings {
+        retry,
+        lease: orchestrator::executor::LeasePolicy {
+            owner: format!("test-{port}"),
+            ttl: Duration::from_secs(3),
+            sweep_interval: Duration::from_millis(100),
+        },
+        max_wait: Duration::from_secs(20),
     }
 }
 
@@ -217,29 +240,59 @@ pub async fn start_orchestrator(
     addr: Option<SocketAddr>,
 ) -> Running {
     let listener = listener(addr.unwrap_or_else(any_port)).await;
-    let addr = listener.local_addr().expect("local addr");
-    let store = storage.into().sagas().await;
-    let invoker = OrderParticipants::new(
+    let port = listener.local_addr().expect("local addr").port();
+    serve_orchestrator(
+        storage,
+        payment,
+        inventory,
+        test_settings(retry, port),
+        listener,
+    )
+    .await
+}
+
+/// The real participants' clients, as the orchestrator binary builds them.
+pub fn invoker(payment: SocketAddr, inventory: SocketAddr) -> Arc<OrderParticipants> {
+    Arc::new(OrderParticipants::new(
         orchestrator::participant_channel(&format!("http://{payment}")).expect("payment channel"),
         orchestrator::participant_channel(&format!("http://{inventory}"))
             .expect("inventory channel"),
         Duration::from_secs(2),
-    );
-    let settings = orchestrator::Settings {
-        retry,
-        max_wait: Duration::from_secs(20),
-    };
+    ))
+}
+
+/// Starts the orchestrator with explicit settings on a bound listener.
+pub async fn serve_orchestrator(
+    storage: impl Into<Storage>,
+    payment: SocketAddr,
+    inventory: SocketAddr,
+    settings: orchestrator::Settings,
+    listener: tokio::net::TcpListener,
+) -> Running {
+    serve_orchestrator_with(storage, invoker(payment, inventory), settings, listener).await
+}
+
+/// Starts the orchestrator with any step invoker (tests wrap the real one
+/// to inject failures precisely).
+pub async fn serve_orchestrator_with(
+    storage: impl Into<Storage>,
+    invoker: Arc<dyn orchestrator::executor::StepInvoker>,
+    settings: orchestrator::Settings,
+    listener: tokio::net::TcpListener,
+) -> Running {
+    let addr = listener.local_addr().expect("local addr");
+    let store = storage.into().sagas().await;
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        orchestrator::serve(store, Arc::new(invoker), settings, listener, stop)
+        orchestrator::serve(store, invoker, settings, listener, stop)
             .await
             .expect("orchestrator serve");
     });
     Running {
         addr,
         shutdown,
-        task,
+        task: Some(task),
     }
 }
 
@@ -286,6 +339,24 @@ impl Stack {
             inventory,
             orchestrator,
         }
+    }
+
+    /// Stops one participant (its port stays reserved for [`Stack::restart`]).
+    pub async fn halt(&mut self, service: Service) {
+        match service {
+            Service::Payment => self.payment.halt().await,
+            Service::Inventory => self.inventory.halt().await,
+        }
+    }
+
+    /// Starts a halted participant again on the same storage and port.
+    pub async fn restart(&mut self, service: Service) {
+        let running = match service {
+            Service::Payment => &mut self.payment,
+            Service::Inventory => &mut self.inventory,
+        };
+        running.halt().await;
+        *running = start_participant(service, self.storage.clone(), Some(running.addr)).await;
     }
 
     pub fn path(&self) -> PathBuf {

@@ -83,11 +83,11 @@ async fn every_server_offers_health_and_reflection() {
     );
     assert_eq!(
         listed_services_v1alpha(stack.payment.addr).await,
-        expect(&["payment.v1.PaymentService"])
+        expect(&["faults.v1.FaultService", "payment.v1.PaymentService"])
     );
     assert_eq!(
         listed_services_v1alpha(stack.inventory.addr).await,
-        expect(&["inventory.v1.InventoryService"])
+        expect(&["faults.v1.FaultService", "inventory.v1.InventoryService"])
     );
 
     assert!(describes_symbol_v1(stack.orchestrator.addr, "saga.v1.OrderService").await);

@@ -79,7 +79,13 @@ pub trait SagaStore: Send + Sync + 'static {
         after: Option<Cursor>,
     ) -> Result<Page, StoreError>;
 
-    /// Sagas that are not terminal (Running or Compensating), oldest first:
-    /// what recovery resumes.
-    async fn unfinished(&self, limit: usize) -> Result<Vec<Saga>, StoreError>;
+    /// Sagas an instance may drive now, oldest first: not terminal (Running
+    /// or Compensating), and either unleased, leased until before `now_ms`,
+    /// or leased to `owner` (its own sagas from before a restart).
+    async fn claimable(
+        &self,
+        now_ms: i64,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Saga>, StoreError>;
 }

@@ -32,7 +32,7 @@ pub struct MongoSagaStore {
 impl MongoSagaStore {
     /// Uses `db`, creating the indexes (idempotent): sagas unique by
     /// request_id; newest-first listing, optionally by status; recovery by
-    /// status and update time.
+    /// status and lease expiry.
     pub async fn open(db: Database) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
         sagas
@@ -99,6 +99,8 @@ fn encode(saga: &Saga) -> Result<Document, StoreError> {
         "version": version(saga.version),
         "created_at_ms": saga.created_at_ms,
         "updated_at_ms": saga.updated_at_ms,
+        "lease_owner": saga.lease_owner(),
+        "lease_until_ms": saga.lease_until_ms(),
         "saga": body,
     })
 }
@@ -151,6 +153,8 @@ impl SagaStore for MongoSagaStore {
                     "status": saga.status.as_str(),
                     "version": version(saga.version),
                     "updated_at_ms": saga.updated_at_ms,
+                    "lease_owner": saga.lease_owner(),
+                    "lease_until_ms": saga.lease_until_ms(),
                     "saga": body,
                 } },
             )
@@ -212,9 +216,18 @@ impl SagaStore for MongoSagaStore {
         Ok(Page { sagas, next })
     }
 
-    async fn unfinished(&self, limit: usize) -> Result<Vec<Saga>, StoreError> {
+    async fn claimable(
+        &self,
+        now_ms: i64,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Saga>, StoreError> {
+        let mut claimable = vec![doc! { "lease_until_ms": { "$lt": now_ms } }];
+        if let Some(owner) = owner {
+            claimable.push(doc! { "lease_owner": owner });
+        }
         self.find_many(
-            doc! { "status": { "$in": ["running", "compensating"] } },
+            doc! { "status": { "$in": ["running", "compensating"] }, "$or": claimable },
             doc! { "created_at_ms": 1, "_id": 1 },
             limit,
         )

@@ -20,10 +20,13 @@ CREATE TABLE IF NOT EXISTS sagas (
     version       INTEGER NOT NULL,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL,
+    lease_owner   TEXT,
+    lease_until_ms INTEGER NOT NULL DEFAULT 0,
     doc           TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sagas_newest ON sagas (created_at_ms DESC, saga_id DESC);
 CREATE INDEX IF NOT EXISTS sagas_by_status ON sagas (status, created_at_ms DESC, saga_id DESC);
+CREATE INDEX IF NOT EXISTS sagas_by_lease ON sagas (status, lease_until_ms);
 ";
 
 /// Saga store in a SQLite file.
@@ -34,10 +37,38 @@ pub struct SqliteSagaStore {
 
 impl SqliteSagaStore {
     pub fn open(path: &Path, durability: Durability) -> Result<Self, DbError> {
+        if path.exists() {
+            migrate(path)?;
+        }
         Ok(SqliteSagaStore {
             db: EmbeddedDb::open(path, SCHEMA, durability)?,
         })
     }
+}
+
+/// Adds the lease columns to a database created before leases existed.
+fn migrate(path: &Path) -> Result<(), DbError> {
+    let conn = Connection::open(path)?;
+    let has_table: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'sagas'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_table {
+        return Ok(());
+    }
+    let has_lease: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'lease_until_ms'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_lease {
+        conn.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN lease_owner TEXT;
+             ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
+    Ok(())
 }
 
 impl From<DbError> for StoreError {
@@ -78,16 +109,29 @@ impl SagaStore for SqliteSagaStore {
         let doc = encode(saga)?;
         let (saga_id, request_id, status) =
             (saga.saga_id.clone(), saga.request_id.clone(), saga.status);
+        let (lease_owner, lease_until) =
+            (saga.lease_owner().map(str::to_owned), saga.lease_until_ms());
         let (created, updated, version) =
             (saga.created_at_ms, saga.updated_at_ms, to_i64(saga.version));
         self.db
             .write(move |conn| {
                 let inserted = conn
                     .prepare_cached(
-                        "INSERT INTO sagas (saga_id, request_id, status, version, created_at_ms, updated_at_ms, doc)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (request_id) DO NOTHING",
+                        "INSERT INTO sagas (saga_id, request_id, status, version, created_at_ms, updated_at_ms,
+                                            lease_owner, lease_until_ms, doc)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (request_id) DO NOTHING",
                     )?
-                    .execute(params![saga_id, request_id, status.as_str(), version, created, updated, doc])?;
+                    .execute(params![
+                        saga_id,
+                        request_id,
+                        status.as_str(),
+                        version,
+                        created,
+                        updated,
+                        lease_owner,
+                        lease_until,
+                        doc
+                    ])?;
                 if inserted == 1 {
                     return Ok(Created::New);
                 }
@@ -107,12 +151,15 @@ impl SagaStore for SqliteSagaStore {
         let doc = encode(saga)?;
         let saga_id = saga.saga_id.clone();
         let (status, updated, version) = (saga.status, saga.updated_at_ms, saga.version);
+        let (lease_owner, lease_until) =
+            (saga.lease_owner().map(str::to_owned), saga.lease_until_ms());
         let expected = version.saturating_sub(1);
         self.db
             .write(move |conn| {
                 let changed = conn
                     .prepare_cached(
-                        "UPDATE sagas SET status = ?2, version = ?3, updated_at_ms = ?4, doc = ?5
+                        "UPDATE sagas SET status = ?2, version = ?3, updated_at_ms = ?4, doc = ?5,
+                                         lease_owner = ?7, lease_until_ms = ?8
                          WHERE saga_id = ?1 AND version = ?6",
                     )?
                     .execute(params![
@@ -121,7 +168,9 @@ impl SagaStore for SqliteSagaStore {
                         to_i64(version),
                         updated,
                         doc,
-                        to_i64(expected)
+                        to_i64(expected),
+                        lease_owner,
+                        lease_until
                     ])?;
                 if changed == 1 {
                     Ok(())
@@ -188,16 +237,23 @@ impl SagaStore for SqliteSagaStore {
             .await
     }
 
-    async fn unfinished(&self, limit: usize) -> Result<Vec<Saga>, StoreError> {
+    async fn claimable(
+        &self,
+        now_ms: i64,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Saga>, StoreError> {
+        let owner = owner.map(str::to_owned);
         self.db
             .read(move |conn| {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                 let mut stmt = conn.prepare_cached(
                     "SELECT doc FROM sagas WHERE status IN ('running', 'compensating')
-                     ORDER BY created_at_ms ASC, saga_id ASC LIMIT ?1",
+                       AND (lease_until_ms < ?1 OR lease_owner = ?2)
+                     ORDER BY created_at_ms ASC, saga_id ASC LIMIT ?3",
                 )?;
                 let docs = stmt
-                    .query_map([limit], |r| r.get::<_, String>(0))?
+                    .query_map(params![now_ms, owner, limit], |r| r.get::<_, String>(0))?
                     .collect::<Result<Vec<_>, _>>()?;
                 docs.iter().map(|d| decode(d)).collect()
             })

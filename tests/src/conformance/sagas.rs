@@ -2,7 +2,7 @@
 
 use orchestrator::engine::{self, Next, Outcome};
 use orchestrator::order_saga::ORDER_SAGA;
-use orchestrator::saga::{Order, OrderItem, Saga, SagaStatus};
+use orchestrator::saga::{Lease, Order, OrderItem, Saga, SagaStatus};
 use orchestrator::store::{Created, SagaStore, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ macro_rules! saga_store_conformance {
                 save_requires_the_version_it_read,
                 concurrent_saves_of_one_version_let_exactly_one_win,
                 listing_is_newest_first_in_pages_and_filters_by_status,
-                unfinished_lists_running_and_compensating_oldest_first,
+                claimable_sagas_are_unfinished_with_an_expired_or_own_lease,
             ]
         );
     };
@@ -193,8 +193,15 @@ pub async fn listing_is_newest_first_in_pages_and_filters_by_status(store: Store
     assert!(none.sagas.is_empty());
 }
 
-pub async fn unfinished_lists_running_and_compensating_oldest_first(store: Store) {
-    let running = saga("u-running", "ru1", 3);
+pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: Store) {
+    let lease = |owner: &str, until_ms| {
+        Some(Lease {
+            owner: owner.into(),
+            until_ms,
+        })
+    };
+    let mut expired = saga("u-expired", "ru1", 3);
+    expired.lease = lease("a", 50);
     let mut compensating = saga("u-comp", "ru2", 1);
     engine::record(&mut compensating, Next::Act(0), Outcome::Succeeded, 2);
     engine::record(
@@ -204,18 +211,42 @@ pub async fn unfinished_lists_running_and_compensating_oldest_first(store: Store
         2,
     );
     assert_eq!(compensating.status, SagaStatus::Compensating);
-    let mut done = saga("u-done", "ru3", 2);
+    compensating.lease = None;
+    let mut held = saga("u-held", "ru3", 2);
+    held.lease = lease("b", 1_000);
+    let mut done = saga("u-done", "ru4", 2);
     engine::record(&mut done, Next::Act(0), Outcome::Refused("no".into()), 2);
-    for s in [&running, &compensating, &done] {
+    for s in [&expired, &compensating, &held, &done] {
         create_new(&store, s).await;
     }
-    let ids: Vec<_> = store
-        .unfinished(10)
+    let ids = |sagas: Vec<Saga>| sagas.into_iter().map(|s| s.saga_id).collect::<Vec<_>>();
+    // At t=100: a's lease expired, the unleased one is free, b holds its own.
+    let now = ids(store.claimable(100, None, 10).await.expect("claimable"));
+    assert_eq!(now, ["u-comp", "u-expired"]);
+    // b, restarting, may take its own saga back at once.
+    let own = ids(store
+        .claimable(100, Some("b"), 10)
         .await
-        .expect("unfinished")
-        .into_iter()
-        .map(|s| s.saga_id)
-        .collect();
-    assert_eq!(ids, ["u-comp", "u-running"]);
-    assert_eq!(store.unfinished(1).await.expect("unfinished").len(), 1);
+        .expect("claimable"));
+    assert_eq!(own, ["u-comp", "u-held", "u-expired"]);
+    // After b's lease expires anyone may; terminal sagas never.
+    let later = ids(store.claimable(2_000, None, 10).await.expect("claimable"));
+    assert_eq!(later, ["u-comp", "u-held", "u-expired"]);
+    assert_eq!(
+        store
+            .claimable(2_000, None, 1)
+            .await
+            .expect("claimable")
+            .len(),
+        1
+    );
+    // The lease is stored with the saga.
+    assert_eq!(
+        store
+            .get("u-held")
+            .await
+            .expect("get")
+            .and_then(|s| s.lease),
+        lease("b", 1_000)
+    );
 }

@@ -1,0 +1,480 @@
+//! MongoDB going away. At start, connecting waits and retries with backoff
+//! (no panic). Mid-saga, the saga waits the outage out and completes, and
+//! nothing that was acknowledged is lost.
+//!
+//! Outages come from the wire-protocol emulator's `{emulatorOutage: <ms>}`
+//! admin command (connections closed, port refused, data kept), so these
+//! tests need the emulator: with a real MongoDB (`MONGODB_URI`) they only
+//! say so. Each test runs its own emulator process, so one test's outage
+//! never disturbs another test. `RUST_LOG=info` shows the services' logs.
+
+use bson::doc;
+use saga_proto::payment::v1 as payment;
+use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use saga_proto::saga::v1 as pb;
+use saga_proto::saga::v1::order_service_client::OrderServiceClient;
+use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+use saga_tests::{
+    Service, Stack, Storage, channel, fast_retry, order_request, start_orchestrator,
+    start_participant, wait_terminal,
+};
+use service_kit::shutdown::Shutdown;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// An emulator process of this test's own. Its stdin is held open (it exits
+/// when that closes); dropping it kills the process.
+struct Emulator {
+    child: Child,
+    _stdin: Option<ChildStdin>,
+    port: u16,
+}
+
+impl Emulator {
+    /// Starts `scripts/mongo-emulator.sh --port <port>` (0: any port) and
+    /// waits for its `READY <port>` line.
+    async fn start(port: u16) -> Emulator {
+        tokio::task::spawn_blocking(move || {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/mongo-emulator.sh");
+            let mut child = Command::new("bash")
+                .args([script, "--port", &port.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("run the emulator");
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take().expect("emulator stdout");
+            let mut lines = BufReader::new(stdout).lines();
+            let port = loop {
+                let line = lines
+                    .next()
+                    .expect("emulator exited before READY")
+                    .expect("emulator output");
+                if let Some(port) = line.strip_prefix("READY ") {
+                    break port.trim().parse().expect("READY <port>");
+                }
+            };
+            // Keep draining stdout so the emulator never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            Emulator {
+                child,
+                _stdin: stdin,
+                port,
+            }
+        })
+        .await
+        .expect("start the emulator")
+    }
+
+    fn uri(&self) -> String {
+        format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
+    }
+
+    /// Makes the emulator unreachable for `ms` milliseconds (its data stays).
+    async fn outage(&self, ms: i64) {
+        let client =
+            mongodb::Client::with_uri_str(format!("{}&serverSelectionTimeoutMS=2000", self.uri()))
+                .await
+                .expect("admin client");
+        let reply = client
+            .database("admin")
+            .run_command(doc! { "emulatorOutage": ms })
+            .await
+            .expect("emulatorOutage");
+        assert_eq!(reply.get_f64("ok").ok(), Some(1.0), "{reply}");
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether the outage tests can run: the MongoDB test target is the
+/// emulator. Says why not otherwise.
+fn on_the_emulator() -> bool {
+    if std::env::var_os("RUST_LOG").is_some() {
+        service_kit::telemetry::init(service_kit::telemetry::LogFormat::Text);
+    }
+    let Some(target) = saga_tests::backends::mongo() else {
+        return false;
+    };
+    if !target.label.starts_with("emulated") {
+        eprintln!(
+            "MongoDB outage tests skipped: they need the emulator (outages are simulated by its \
+             emulatorOutage command), and the target is {}",
+            target.label
+        );
+        return false;
+    }
+    true
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+async fn get_saga(addr: SocketAddr, lookup: pb::get_saga_request::Lookup) -> pb::Saga {
+    SagaServiceClient::new(channel(addr).await)
+        .get_saga(pb::GetSagaRequest {
+            lookup: Some(lookup),
+        })
+        .await
+        .expect("get saga")
+        .into_inner()
+}
+
+fn step<'a>(saga: &'a pb::Saga, name: &str) -> &'a pb::Step {
+    saga.steps
+        .iter()
+        .find(|s| s.name == name)
+        .expect("step present")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_keeps_retrying_until_shutdown() {
+    // Nothing listens on this port; pings fail after 200 ms each.
+    let uri = format!(
+        "mongodb://127.0.0.1:{}/?directConnection=true&serverSelectionTimeoutMS=200",
+        free_port()
+    );
+    let shutdown = Shutdown::new();
+    let connecting = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { service_kit::mongo::connect(&uri, "outage_nowhere", "saga-tests", &shutdown).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        !connecting.is_finished(),
+        "connect gave up (or panicked) while MongoDB was down"
+    );
+    shutdown.trigger();
+    let result = tokio::time::timeout(Duration::from_secs(2), connecting)
+        .await
+        .expect("connect stops promptly on shutdown")
+        .expect("connect did not panic");
+    let error = result.expect_err("no server, so no database");
+    assert!(
+        matches!(
+            error.kind.as_ref(),
+            mongodb::error::ErrorKind::ServerSelection { .. }
+        ),
+        "the last ping's error: {error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_waits_for_mongodb_to_come_up() {
+    if !on_the_emulator() {
+        return;
+    }
+    let port = free_port();
+    // A short selection timeout makes each ping fail fast, so connect goes
+    // round its retry loop (and logs "MongoDB unreachable; retrying") while
+    // nothing listens.
+    let uri =
+        format!("mongodb://127.0.0.1:{port}/?directConnection=true&serverSelectionTimeoutMS=250");
+    let started = Instant::now();
+    let connecting = tokio::spawn(async move {
+        service_kit::mongo::connect(&uri, "outage_connect", "saga-tests", &Shutdown::new()).await
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !connecting.is_finished(),
+        "connect finished (or panicked) with nothing listening"
+    );
+
+    let emulator = Emulator::start(port).await;
+    assert_eq!(emulator.port, port);
+    let up = started.elapsed();
+    let db = tokio::time::timeout(Duration::from_secs(10), connecting)
+        .await
+        .expect("connect completes within 10 s of MongoDB coming up")
+        .expect("connect did not panic")
+        .expect("connected");
+    let connected = started.elapsed();
+    let pong = db.run_command(doc! { "ping": 1 }).await.expect("ping");
+    assert_eq!(pong.get_f64("ok").ok(), Some(1.0));
+    eprintln!(
+        "connect: emulator up after {up:?}, connected after {connected:?} ({:?} later)",
+        connected - up
+    );
+    drop(emulator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_waits_out_a_mongodb_outage_and_completes() {
+    // Production driver settings: operations wait up to 5 s for a server,
+    // so the driver itself waits out a 1.5 s outage.
+    saga_through_an_outage("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_retries_its_saves_through_a_mongodb_outage_and_completes() {
+    // Operations give up after 250 ms without a server, so during the
+    // outage saves fail (StoreError::Unavailable) and the executor retries.
+    saga_through_an_outage("&serverSelectionTimeoutMS=250").await;
+}
+
+/// Two sagas acknowledged before a 1.5 s outage (one stuck retrying its
+/// charge because payment is down, which comes back during the outage), and
+/// one CreateOrder sent during it: all complete, each charged and deducted
+/// once. `uri_options` are appended to every service's MongoDB URI.
+async fn saga_through_an_outage(uri_options: &str) {
+    if !on_the_emulator() {
+        return;
+    }
+    let emulator = Emulator::start(0).await;
+    let storage = Storage::Mongo {
+        uri: format!("{}{uri_options}", emulator.uri()),
+        prefix: format!("outage_{}", uuid::Uuid::now_v7().simple()),
+    };
+    // Patient enough to retry the charge through the participant's and
+    // MongoDB's downtime.
+    let mut patient = fast_retry();
+    patient.action_attempts = 1_000;
+    let payment = start_participant(Service::Payment, storage.clone(), None).await;
+    let inventory = start_participant(Service::Inventory, storage.clone(), None).await;
+    let orchestrator =
+        start_orchestrator(storage.clone(), payment.addr, inventory.addr, patient, None).await;
+    let stack = Stack {
+        dir: tempfile::tempdir().expect("tempdir"),
+        storage,
+        payment,
+        inventory,
+        orchestrator,
+    };
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let Stack {
+        storage,
+        payment,
+        inventory,
+        orchestrator,
+        ..
+    } = stack;
+
+    // Payment is down, so the first saga keeps retrying (and saving) its charge.
+    let payment_addr = payment.addr;
+    payment.stop().await;
+    let mut orders = OrderServiceClient::new(channel(orchestrator.addr).await);
+    let first = orders
+        .create_order(order_request(
+            "outage-1",
+            "alice",
+            &[("sku-apple", 2, 100)],
+            false,
+        ))
+        .await
+        .expect("create first")
+        .into_inner();
+    assert!(first.created);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = get_saga(
+            orchestrator.addr,
+            pb::get_saga_request::Lookup::SagaId(first.saga_id.clone()),
+        )
+        .await;
+        if step(&s, "payment").attempts >= 2 {
+            assert_eq!(s.status(), pb::SagaStatus::Running);
+            break;
+        }
+        assert!(Instant::now() < deadline, "charge never retried: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Acknowledged just before MongoDB goes away.
+    let second = orders
+        .create_order(order_request(
+            "outage-2",
+            "alice",
+            &[("sku-apple", 1, 100)],
+            false,
+        ))
+        .await
+        .expect("create second")
+        .into_inner();
+    assert!(second.created);
+
+    let outage = Duration::from_millis(1_500);
+    let outage_started = Instant::now();
+    emulator.outage(1_500).await;
+    // An order placed during the outage is either acknowledged (then it
+    // must complete) or refused as UNAVAILABLE (then the client retries it).
+    let third = orders
+        .create_order(order_request(
+            "outage-3",
+            "alice",
+            &[("sku-apple", 1, 100)],
+            false,
+        ))
+        .await;
+    let third_answered = outage_started.elapsed();
+    let third_acknowledged = match &third {
+        Ok(reply) => Some(reply.get_ref().saga_id.clone()),
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            None
+        }
+    };
+    // Payment comes back during the outage, on the same store and port; its
+    // connect waits for MongoDB.
+    let payment = start_participant(Service::Payment, storage.clone(), Some(payment_addr)).await;
+    let payment_back = outage_started.elapsed();
+    assert!(
+        payment_back + Duration::from_millis(100) >= outage,
+        "payment's store was open before the outage ended ({payment_back:?})"
+    );
+    let third = orders
+        .create_order(order_request(
+            "outage-3",
+            "alice",
+            &[("sku-apple", 1, 100)],
+            false,
+        ))
+        .await
+        .expect("create third after the outage")
+        .into_inner();
+    if let Some(saga_id) = &third_acknowledged {
+        assert_eq!(&third.saga_id, saga_id);
+        assert!(
+            !third.created,
+            "acknowledged during the outage, so a duplicate now"
+        );
+    }
+
+    let mut done = Vec::new();
+    for saga_id in [&first.saga_id, &second.saga_id, &third.saga_id] {
+        let saga = wait_terminal(orchestrator.addr, saga_id, Duration::from_secs(30)).await;
+        assert_eq!(saga.status(), pb::SagaStatus::Completed, "{saga:?}");
+        done.push(saga);
+    }
+    let all_done = outage_started.elapsed();
+    assert!(step(&done[0], "payment").attempts > 2);
+
+    // Every acknowledged order is still there, found by its request id.
+    for (request_id, saga_id) in [
+        ("outage-1", &first.saga_id),
+        ("outage-2", &second.saga_id),
+        ("outage-3", &third.saga_id),
+    ] {
+        let s = get_saga(
+            orchestrator.addr,
+            pb::get_saga_request::Lookup::RequestId(request_id.into()),
+        )
+        .await;
+        assert_eq!(&s.saga_id, saga_id);
+        assert_eq!(s.status(), pb::SagaStatus::Completed);
+    }
+    assert_eq!(
+        saga_tests::balance(payment.addr, "alice").await,
+        1_000 - 200 - 100 - 100,
+        "each order charged exactly once"
+    );
+    assert_eq!(
+        saga_tests::stock(inventory.addr, "sku-apple").await,
+        10 - 2 - 1 - 1,
+        "each order deducted exactly once"
+    );
+    eprintln!(
+        "outage of {outage:?} (URI options {uri_options:?}): CreateOrder during it answered \
+         after {third_answered:?} ({}), payment's store open again after {payment_back:?}, \
+         all three sagas COMPLETED after {all_done:?}",
+        if third_acknowledged.is_some() {
+            "acknowledged"
+        } else {
+            "UNAVAILABLE"
+        }
+    );
+    orchestrator.stop().await;
+    payment.stop().await;
+    inventory.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
+    if !on_the_emulator() {
+        return;
+    }
+    let emulator = Emulator::start(0).await;
+    // Operations give up after 400 ms without a server (production: 5 s),
+    // so a 2 s outage is seen rather than waited out.
+    let storage = Storage::Mongo {
+        uri: format!("{}&serverSelectionTimeoutMS=400", emulator.uri()),
+        prefix: format!("outage_{}", uuid::Uuid::now_v7().simple()),
+    };
+    let payment = start_participant(Service::Payment, storage, None).await;
+    let mut client = PaymentServiceClient::new(channel(payment.addr).await);
+    let deposit = |request_id: &str, cents: i64| payment::DepositRequest {
+        request_id: request_id.into(),
+        customer_id: "bob".into(),
+        amount_cents: cents,
+    };
+    let account = || payment::GetAccountRequest {
+        customer_id: "bob".into(),
+        operation_limit: 10,
+    };
+    client
+        .deposit(deposit("bob-1", 500))
+        .await
+        .expect("deposit before the outage");
+
+    let outage_started = Instant::now();
+    emulator.outage(2_000).await;
+    let during = client.get_account(account()).await;
+    let answered_after = outage_started.elapsed();
+    let status = during.expect_err("no MongoDB, no account");
+    assert_eq!(
+        status.code(),
+        tonic::Code::Unavailable,
+        "after {answered_after:?}: {status:?}"
+    );
+    assert!(
+        answered_after < Duration::from_millis(2_000),
+        "answered during the outage, not after it ({answered_after:?})"
+    );
+    // A write during the outage either waits it out or is UNAVAILABLE;
+    // retried with the same request id, it counts once.
+    match client.deposit(deposit("bob-2", 250)).await {
+        Ok(_) => {}
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let view = loop {
+        match client.get_account(account()).await {
+            Ok(view) => break view.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(Instant::now() < deadline, "never recovered: {status:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let recovered = outage_started.elapsed();
+    assert!(view.balance_cents == 500 || view.balance_cents == 750);
+    client
+        .deposit(deposit("bob-2", 250))
+        .await
+        .expect("deposit retried after the outage");
+    let view = client
+        .get_account(account())
+        .await
+        .expect("account")
+        .into_inner();
+    assert_eq!(view.balance_cents, 750, "each deposit counted once");
+    eprintln!(
+        "participant: UNAVAILABLE after {answered_after:?} ({}), serving again after {recovered:?}",
+        status.message()
+    );
+    payment.stop().await;
+}

@@ -1,0 +1,330 @@
+//! Failure handling: crash recovery, lease takeover between instances, and
+//! FAILED sagas resumed by RetrySaga.
+
+use async_trait::async_trait;
+use orchestrator::executor::{LeasePolicy, Phase, StepInvoker};
+use orchestrator::saga::{Saga, Step};
+use saga_proto::saga::v1 as pb;
+use saga_tests::crash::CrashableOrchestrator;
+use saga_tests::{Service, Stack, Storage, fast_retry, order_request, wait_terminal};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+fn settings(owner: &str, ttl_ms: u64) -> orchestrator::Settings {
+    let mut retry = fast_retry();
+    retry.action_attempts = 10_000;
+    orchestrator::Settings {
+        retry,
+        lease: LeasePolicy {
+            owner: owner.into(),
+            ttl: Duration::from_millis(ttl_ms),
+            sweep_interval: Duration::from_millis(50),
+        },
+        max_wait: Duration::from_secs(10),
+    }
+}
+
+async fn saga(addr: std::net::SocketAddr, saga_id: &str) -> pb::Saga {
+    pb::saga_service_client::SagaServiceClient::new(saga_tests::channel(addr).await)
+        .get_saga(pb::GetSagaRequest {
+            lookup: Some(pb::get_saga_request::Lookup::SagaId(saga_id.into())),
+        })
+        .await
+        .expect("get saga")
+        .into_inner()
+}
+
+async fn create(
+    addr: std::net::SocketAddr,
+    request_id: &str,
+    items: &[(&str, i64, i64)],
+) -> String {
+    pb::order_service_client::OrderServiceClient::new(saga_tests::channel(addr).await)
+        .create_order(order_request(request_id, "alice", items, false))
+        .await
+        .expect("create")
+        .into_inner()
+        .saga_id
+}
+
+/// Waits until `check` holds for the saga (or panics).
+async fn until(
+    addr: std::net::SocketAddr,
+    saga_id: &str,
+    what: &str,
+    check: impl Fn(&pb::Saga) -> bool,
+) -> pb::Saga {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = saga(addr, saga_id).await;
+        if check(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn crashable(
+    storage: Storage,
+    stack: &Stack,
+    settings: orchestrator::Settings,
+) -> CrashableOrchestrator {
+    let invoker = saga_tests::invoker(stack.payment.addr, stack.inventory.addr);
+    tokio::task::block_in_place(|| CrashableOrchestrator::start(storage, invoker, settings))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_orchestrator_resumes_its_sagas_at_once_on_restart() {
+    let mut stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let storage = stack.storage.clone();
+    // Inventory is down: the saga charges, then keeps retrying the deduct.
+    stack.halt(Service::Inventory).await;
+
+    // A long lease: only "same owner restarts" can explain a quick resume.
+    let first = crashable(storage.clone(), &stack, settings("instance-a", 60_000));
+    let saga_id = create(first.addr, "crash-1", &[("sku-apple", 2, 100)]).await;
+    until(first.addr, &saga_id, "deduct retries", |s| {
+        s.steps
+            .iter()
+            .any(|st| st.name == "inventory" && st.attempts >= 3)
+    })
+    .await;
+    tokio::task::block_in_place(|| first.crash());
+
+    stack.restart(Service::Inventory).await;
+    let started = tokio::time::Instant::now();
+    let second = crashable(storage.clone(), &stack, settings("instance-a", 60_000));
+    let done = wait_terminal(second.addr, &saga_id, Duration::from_secs(15)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "resumed without waiting for the lease"
+    );
+    assert_eq!(stack.balance("alice").await, 800, "charged once");
+    assert_eq!(stack.stock("sku-apple").await, 8, "deducted once");
+    tokio::task::block_in_place(|| second.crash());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_instance_takes_over_a_saga_whose_lease_expired() {
+    let mut stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let storage = stack.storage.clone();
+    stack.halt(Service::Payment).await;
+
+    let a = crashable(storage.clone(), &stack, settings("instance-a", 1_000));
+    let b = crashable(storage.clone(), &stack, settings("instance-b", 1_000));
+    let saga_id = create(a.addr, "lease-1", &[("sku-apple", 1, 100)]).await;
+    // While A is alive and renewing, B never takes the saga.
+    until(a.addr, &saga_id, "charge retries", |s| {
+        s.steps
+            .iter()
+            .any(|st| st.name == "payment" && st.attempts >= 3)
+    })
+    .await;
+    for _ in 0..15 {
+        let s = saga(b.addr, &saga_id).await;
+        assert_eq!(s.lease_owner, "instance-a", "B must not take a live lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| a.crash());
+    stack.restart(Service::Payment).await;
+    let taken = until(b.addr, &saga_id, "takeover", |s| {
+        s.lease_owner == "instance-b" || s.status() == pb::SagaStatus::Completed
+    })
+    .await;
+    assert!(taken.history.len() > 3);
+    let done = wait_terminal(b.addr, &saga_id, Duration::from_secs(15)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    assert_eq!(done.lease_owner, "", "a terminal saga holds no lease");
+    assert_eq!(stack.balance("alice").await, 900, "charged once");
+    tokio::task::block_in_place(|| b.crash());
+    stack.stop().await;
+}
+
+/// The real participants, except that compensations fail while `broken`.
+struct BrokenCompensations {
+    inner: Arc<dyn StepInvoker>,
+    broken: AtomicBool,
+}
+
+#[async_trait]
+impl StepInvoker for BrokenCompensations {
+    async fn invoke(&self, saga: &Saga, step: &Step, phase: Phase) -> Result<(), tonic::Status> {
+        if phase == Phase::Compensation && self.broken.load(Ordering::SeqCst) {
+            return Err(tonic::Status::unavailable("refund path is broken (test)"));
+        }
+        self.inner.invoke(saga, step, phase).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-pear", 3).await;
+    let invoker = Arc::new(BrokenCompensations {
+        inner: saga_tests::invoker(stack.payment.addr, stack.inventory.addr),
+        broken: AtomicBool::new(true),
+    });
+    let mut retry = fast_retry();
+    retry.compensation_attempts = 3;
+    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let port = listener.local_addr().expect("addr").port();
+    let orchestrator = saga_tests::serve_orchestrator_with(
+        stack.storage.clone(),
+        invoker.clone(),
+        saga_tests::test_settings(retry, port),
+        listener,
+    )
+    .await;
+    let mut sagas = pb::saga_service_client::SagaServiceClient::new(
+        saga_tests::channel(orchestrator.addr).await,
+    );
+
+    // 5 pears, 3 in stock: charged, deduct refused, refund keeps failing.
+    let saga_id = create(orchestrator.addr, "failed-1", &[("sku-pear", 5, 100)]).await;
+    let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(failed.status(), pb::SagaStatus::Failed);
+    assert!(failed.reason.contains("refund"), "{}", failed.reason);
+    let payment = failed
+        .steps
+        .iter()
+        .find(|s| s.name == "payment")
+        .expect("step");
+    assert_eq!(payment.status(), pb::StepStatus::Compensating);
+    assert_eq!(payment.compensation_attempts, 3);
+    assert_eq!(
+        stack.balance("alice").await,
+        500,
+        "still charged: needs attention"
+    );
+    let listed = sagas
+        .list_sagas(pb::ListSagasRequest {
+            status: pb::SagaStatus::Failed.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let failed_ids: Vec<&str> = listed.sagas.iter().map(|s| s.saga_id.as_str()).collect();
+    assert_eq!(failed_ids, [saga_id.as_str()]);
+
+    // Nothing happens on its own: FAILED is terminal until a person acts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        saga(orchestrator.addr, &saga_id).await.version,
+        failed.version
+    );
+
+    // The person fixes the cause and retries.
+    invoker.broken.store(false, Ordering::SeqCst);
+    let resumed = sagas
+        .retry_saga(pb::RetrySagaRequest {
+            saga_id: saga_id.clone(),
+        })
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!(resumed.status(), pb::SagaStatus::Compensating);
+    let done = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Cancelled);
+    assert!(
+        done.history
+            .iter()
+            .any(|t| t.detail == "resumed by RetrySaga")
+    );
+    assert_eq!(stack.balance("alice").await, 1_000, "refunded exactly once");
+
+    // Only FAILED sagas can be retried; unknown ones are NOT_FOUND.
+    let again = sagas
+        .retry_saga(pb::RetrySagaRequest {
+            saga_id: saga_id.clone(),
+        })
+        .await
+        .expect_err("not failed any more");
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition);
+    let missing = sagas
+        .retry_saga(pb::RetrySagaRequest {
+            saga_id: "nope".into(),
+        })
+        .await
+        .expect_err("unknown");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
+    let mut stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    stack.halt(Service::Inventory).await;
+    let mut retry = fast_retry();
+    retry.action_attempts = 10_000;
+    retry.step_deadline = Duration::from_millis(400);
+    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let port = listener.local_addr().expect("addr").port();
+    let orchestrator = saga_tests::serve_orchestrator_with(
+        stack.storage.clone(),
+        saga_tests::invoker(stack.payment.addr, stack.inventory.addr),
+        saga_tests::test_settings(retry, port),
+        listener,
+    )
+    .await;
+    let saga_id = create(orchestrator.addr, "deadline-1", &[("sku-apple", 1, 100)]).await;
+    // The deduct's outcome is unknown after the deadline: it is compensated
+    // too, before the charge, so the saga waits for inventory to answer.
+    let giving_up = until(orchestrator.addr, &saga_id, "give up", |s| {
+        s.status() == pb::SagaStatus::Compensating
+    })
+    .await;
+    assert!(
+        giving_up.reason.contains("deadline"),
+        "{}",
+        giving_up.reason
+    );
+    stack.restart(Service::Inventory).await;
+    let done = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Cancelled);
+    let inventory_step = done
+        .steps
+        .iter()
+        .find(|s| s.name == "inventory")
+        .expect("step");
+    assert_eq!(inventory_step.status(), pb::StepStatus::Compensated);
+    assert_eq!(
+        stack.balance("alice").await,
+        1_000,
+        "the charge was refunded"
+    );
+
+    // The restock arrived before any deduct: a null compensation. A deduct
+    // arriving late (say, a delayed packet) is refused and takes nothing.
+    let late = stack
+        .inventory()
+        .await
+        .deduct(saga_proto::inventory::v1::DeductRequest {
+            request_id: inventory_step.request_id.clone(),
+            lines: vec![saga_proto::inventory::v1::Line {
+                product_id: "sku-apple".into(),
+                quantity: 1,
+            }],
+        })
+        .await
+        .expect_err("hanging deduct refused");
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(stack.stock("sku-apple").await, 10);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
