@@ -179,6 +179,10 @@ pub struct DevConfig {
     pub payment_listen: SocketAddr,
     #[arg(long, default_value = "127.0.0.1:50053")]
     pub inventory_listen: SocketAddr,
+    /// Fault injection in both participants (each gets its own sequence),
+    /// to watch retries and compensations happen.
+    #[command(flatten)]
+    pub faults: service_kit::faults::FaultConfig,
     #[command(flatten)]
     pub mongo: MongoConfig,
     #[command(flatten)]

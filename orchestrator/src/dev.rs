@@ -82,13 +82,18 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     let inventory_addr = inventory_listener.local_addr()?.to_string();
     let orchestrator_addr = orchestrator_listener.local_addr()?.to_string();
 
-    let payment_task = tokio::spawn(payment_svc::serve(
+    if config.faults.settings().is_enabled() {
+        tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
+    }
+    let payment_task = tokio::spawn(payment_svc::serve_with_faults(
         payment_store,
+        Arc::new(config.faults.build()?),
         payment_listener,
         shutdown.clone(),
     ));
-    let inventory_task = tokio::spawn(inventory_svc::serve(
+    let inventory_task = tokio::spawn(inventory_svc::serve_with_faults(
         inventory_store,
+        Arc::new(config.faults.build()?),
         inventory_listener,
         shutdown.clone(),
     ));
