@@ -5,10 +5,15 @@
 //! input is validated: before the store call (latency, transient error,
 //! refusal) and after it (lost reply). GetProduct and AddStock are never
 //! faulted (see `service_kit::faults` for why).
+//!
+//! AddStock is an admin RPC: when an admin token is configured
+//! (`service_kit::auth`) it requires `authorization: Bearer <token>` and
+//! answers UNAUTHENTICATED otherwise, before its input is even validated.
 
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
 use operation_history::{ActionReply, CompensationResult};
 use saga_proto::inventory::v1 as pb;
+use service_kit::auth::AdminAuth;
 use service_kit::faults::{CallKind, Faults};
 use service_kit::validate;
 use std::sync::Arc;
@@ -25,6 +30,7 @@ pub const MAX_LINES: usize = 100;
 pub struct InventoryApi {
     store: Arc<dyn InventoryStore>,
     faults: Arc<Faults>,
+    admin: AdminAuth,
 }
 
 impl InventoryApi {
@@ -35,7 +41,16 @@ impl InventoryApi {
 
     /// Consulting `faults` on every Deduct and Restock.
     pub fn with_faults(store: Arc<dyn InventoryStore>, faults: Arc<Faults>) -> Self {
-        InventoryApi { store, faults }
+        InventoryApi {
+            store,
+            faults,
+            admin: AdminAuth::open(),
+        }
+    }
+
+    /// AddStock requires `admin`'s token (open by default).
+    pub fn with_admin(self, admin: AdminAuth) -> Self {
+        InventoryApi { admin, ..self }
     }
 }
 
@@ -201,6 +216,9 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::AddStockRequest>,
     ) -> Result<Response<pb::AddStockResponse>, Status> {
+        // Admin only: checked before anything else, so a refused call
+        // changes nothing.
+        self.admin.check(request.metadata())?;
         let r = request.into_inner();
         validate::id("request_id", &r.request_id)?;
         validate::id("product_id", &r.product_id)?;

@@ -24,14 +24,14 @@ pub mod grpc;
 pub mod store;
 
 use service_kit::faults::{self, Faults};
-use service_kit::server::{self, ServeError};
+use service_kit::server::{self, ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
 /// Serves the inventory service on `listener` until `shutdown` fires, with no
 /// faults injected (they can still be turned on at run time through
-/// `faults.v1.FaultService`).
+/// `faults.v1.FaultService`), in plaintext with admin RPCs open.
 pub async fn serve(
     store: Arc<dyn store::InventoryStore>,
     listener: TcpListener,
@@ -41,21 +41,41 @@ pub async fn serve(
 }
 
 /// Serves the inventory service and the `faults.v1.FaultService` admin API
-/// over `faults` on `listener` until `shutdown` fires.
+/// over `faults` on `listener` until `shutdown` fires, in plaintext with
+/// admin RPCs open.
 pub async fn serve_with_faults(
     store: Arc<dyn store::InventoryStore>,
     faults: Arc<Faults>,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
+    serve_with(store, faults, ServeOptions::default(), listener, shutdown).await
+}
+
+/// Serves the inventory service and the `faults.v1.FaultService` admin API
+/// over `faults` on `listener` until `shutdown` fires, as `options` say: TLS
+/// or plaintext, the admin token required by AddStock and the fault API,
+/// the largest accepted request.
+pub async fn serve_with(
+    store: Arc<dyn store::InventoryStore>,
+    faults: Arc<Faults>,
+    options: ServeOptions,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
     use saga_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
+    let api =
+        grpc::InventoryApi::with_faults(store, faults.clone()).with_admin(options.admin.clone());
     let service =
-        InventoryServiceServer::new(grpc::InventoryApi::with_faults(store, faults.clone()));
-    let routes = tonic::service::Routes::new(service).add_service(faults::service(faults));
-    let routes = server::with_standard_services::<InventoryServiceServer<grpc::InventoryApi>>(
-        routes,
-        &[faults::SERVICE_NAME],
-    )
-    .await?;
-    server::serve(routes, listener, shutdown).await
+        InventoryServiceServer::new(api).max_decoding_message_size(options.max_request_bytes);
+    let routes =
+        tonic::service::Routes::new(service).add_service(faults::service_with(faults, &options));
+    let routes =
+        server::with_standard_services_limited::<InventoryServiceServer<grpc::InventoryApi>>(
+            routes,
+            &[faults::SERVICE_NAME],
+            options.max_request_bytes,
+        )
+        .await?;
+    server::serve_with(&options, routes, listener, shutdown).await
 }

@@ -30,6 +30,7 @@
 //! backends share this logic.
 
 mod fingerprint;
+pub mod metrics;
 pub mod mongo;
 mod participant;
 mod record;

@@ -7,7 +7,9 @@ use crate::hub::SagaHub;
 use crate::order_saga::ORDER_SAGA;
 use crate::saga::{Order, OrderItem, Saga, SagaStatus};
 use crate::store::{Created, Cursor, Page, SagaStore, StoreError};
+use futures::Stream;
 use operation_history::{Fingerprint, now_ms};
+use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -47,6 +49,8 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     NotRetryable(String),
+    #[error("too many sagas in flight on this orchestrator (cap {0}); retry later")]
+    Saturated(usize),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -62,19 +66,53 @@ pub struct Placed {
 /// How often a waiter re-reads the store in case a notification was missed.
 const WAIT_POLL: Duration = Duration::from_millis(500);
 
+/// A hub subscription that unsubscribes when dropped.
+struct Watcher {
+    hub: Arc<SagaHub>,
+    saga_id: String,
+    rx: tokio::sync::watch::Receiver<Option<Saga>>,
+}
+
+impl Watcher {
+    fn new(hub: Arc<SagaHub>, saga_id: &str) -> Self {
+        let rx = hub.subscribe(saga_id);
+        Watcher {
+            hub,
+            saga_id: saga_id.to_owned(),
+            rx,
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Our receiver still counts until this returns; release() only
+        // forgets the saga once no receiver is left, so swap ours out first.
+        self.rx = tokio::sync::watch::channel(None).1;
+        self.hub.release(&self.saga_id);
+    }
+}
+
 /// The orchestrator's use cases.
 pub struct Orchestrator {
     store: Arc<dyn SagaStore>,
     executor: Arc<Executor>,
     hub: Arc<SagaHub>,
+    shutdown: Shutdown,
 }
 
 impl Orchestrator {
-    pub fn new(store: Arc<dyn SagaStore>, executor: Arc<Executor>, hub: Arc<SagaHub>) -> Self {
+    pub fn new(
+        store: Arc<dyn SagaStore>,
+        executor: Arc<Executor>,
+        hub: Arc<SagaHub>,
+        shutdown: Shutdown,
+    ) -> Self {
         Orchestrator {
             store,
             executor,
             hub,
+            shutdown,
         }
     }
 
@@ -105,66 +143,124 @@ impl Orchestrator {
         );
         saga.version = 1;
         saga.lease = Some(self.executor.new_lease());
-        let (saga, created) = match self.store.create(&saga).await? {
+        // A place among the in-flight sagas is reserved before anything is
+        // stored, so a refusal at the cap leaves no trace. (A duplicate of an
+        // existing saga needs no place: it is answered from the store.)
+        let Some(slot) = self.executor.reserve() else {
+            return match self.store.get_by_request_id(&saga.request_id).await? {
+                Some(existing) => self.duplicate(existing, &saga, wait_until).await,
+                None => Err(AppError::Saturated(self.executor.max_in_flight())),
+            };
+        };
+        match self.store.create(&saga).await? {
             Created::New => {
                 tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
-                (saga, true)
+                metrics::counter!("sagas_started_total").increment(1);
+                let mut watcher = wait_until.map(|_| Watcher::new(self.hub.clone(), &saga.saga_id));
+                self.executor.spawn(saga.clone(), slot);
+                let saga = match (wait_until, watcher.as_mut()) {
+                    (Some(deadline), Some(watcher)) => self.wait(saga, watcher, deadline).await,
+                    _ => saga,
+                };
+                Ok(Placed {
+                    saga,
+                    created: true,
+                })
             }
-            Created::Existing(existing) if existing.fingerprint == saga.fingerprint => {
-                (*existing, false)
-            }
-            Created::Existing(_) => return Err(AppError::RequestIdReused(saga.request_id)),
-        };
-        let saga = match wait_until {
-            Some(deadline) => {
-                let watcher = self.hub.subscribe(&saga.saga_id);
-                if created {
-                    self.executor.spawn(saga.clone());
-                }
-                let done = self.wait(saga, watcher, deadline).await;
-                self.hub.release(&done.saga_id);
-                done
-            }
-            None => {
-                if created {
-                    self.executor.spawn(saga.clone());
-                }
-                saga
-            }
-        };
-        Ok(Placed { saga, created })
+            Created::Existing(existing) => self.duplicate(*existing, &saga, wait_until).await,
+        }
     }
 
-    async fn wait(
+    /// Answers a CreateOrder whose request id already has a saga.
+    async fn duplicate(
         &self,
-        mut saga: Saga,
-        mut watcher: tokio::sync::watch::Receiver<Option<Saga>>,
-        deadline: Instant,
-    ) -> Saga {
+        existing: Saga,
+        asked: &Saga,
+        wait_until: Option<Instant>,
+    ) -> Result<Placed, AppError> {
+        if existing.fingerprint != asked.fingerprint {
+            return Err(AppError::RequestIdReused(asked.request_id.clone()));
+        }
+        let saga = match wait_until {
+            Some(deadline) => {
+                let mut watcher = Watcher::new(self.hub.clone(), &existing.saga_id);
+                self.wait(existing, &mut watcher, deadline).await
+            }
+            None => existing,
+        };
+        Ok(Placed {
+            saga,
+            created: false,
+        })
+    }
+
+    async fn wait(&self, mut saga: Saga, watcher: &mut Watcher, deadline: Instant) -> Saga {
         loop {
             if saga.status.is_terminal() {
                 return saga;
             }
             tokio::select! {
-                changed = watcher.changed() => {
-                    if changed.is_err() {
-                        tokio::time::sleep_until(deadline.min(Instant::now() + WAIT_POLL)).await;
-                    }
-                    let latest = watcher.borrow_and_update().clone();
-                    if let Some(latest) = latest.filter(|l| l.version >= saga.version) {
-                        saga = latest;
-                    }
-                }
-                _ = tokio::time::sleep(WAIT_POLL) => {
-                    if let Ok(Some(stored)) = self.store.get(&saga.saga_id).await
-                        && stored.version >= saga.version
-                    {
-                        saga = stored;
-                    }
-                }
+                newer = self.newer(&saga, watcher) => match newer {
+                    Some(newer) => saga = newer,
+                    None => return saga,
+                },
                 _ = tokio::time::sleep_until(deadline) => return saga,
             }
         }
+    }
+
+    /// The next version of `seen` after it, from the hub or (every
+    /// [`WAIT_POLL`], for sagas driven elsewhere) the store. `None` at
+    /// shutdown.
+    async fn newer(&self, seen: &Saga, watcher: &mut Watcher) -> Option<Saga> {
+        loop {
+            tokio::select! {
+                changed = watcher.rx.changed() => {
+                    if changed.is_err() {
+                        // The hub forgot this saga; rely on polling.
+                        tokio::time::sleep(WAIT_POLL).await;
+                    }
+                    let latest = watcher.rx.borrow_and_update().clone();
+                    if let Some(latest) = latest.filter(|l| l.version > seen.version) {
+                        return Some(latest);
+                    }
+                }
+                _ = tokio::time::sleep(WAIT_POLL) => {
+                    if let Ok(Some(stored)) = self.store.get(&seen.saga_id).await
+                        && stored.version > seen.version
+                    {
+                        return Some(stored);
+                    }
+                }
+                _ = self.shutdown.wait() => return None,
+            }
+        }
+    }
+
+    /// WatchSaga: the saga now, then every newer persisted state, ending
+    /// with the terminal one (or at shutdown).
+    pub async fn watch(
+        self: &Arc<Self>,
+        saga_id: &str,
+    ) -> Result<impl Stream<Item = Saga> + Send + 'static, AppError> {
+        // Subscribe before reading, so no change between the two is missed.
+        let watcher = Watcher::new(self.hub.clone(), saga_id);
+        let first = self.get(saga_id).await?;
+        let state = (self.clone(), watcher, Some(first), None::<Saga>);
+        Ok(futures::stream::unfold(
+            state,
+            |(app, mut watcher, pending, last)| async move {
+                if let Some(saga) = pending {
+                    return Some((saga.clone(), (app, watcher, None, Some(saga))));
+                }
+                let last = last?;
+                if last.status.is_terminal() {
+                    return None;
+                }
+                let next = app.newer(&last, &mut watcher).await?;
+                Some((next.clone(), (app, watcher, None, Some(next))))
+            },
+        ))
     }
 
     pub async fn get(&self, saga_id: &str) -> Result<Saga, AppError> {
@@ -200,11 +296,15 @@ impl Orchestrator {
                 saga.status.as_str()
             )));
         }
+        let slot = self
+            .executor
+            .reserve()
+            .ok_or(AppError::Saturated(self.executor.max_in_flight()))?;
         saga.version += 1;
         saga.lease = Some(self.executor.new_lease());
         self.store.save(&saga).await?;
         tracing::info!(saga_id, "saga resumed by RetrySaga");
-        self.executor.spawn(saga.clone());
+        self.executor.spawn(saga.clone(), slot);
         Ok(saga)
     }
 }

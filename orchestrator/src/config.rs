@@ -40,6 +40,35 @@ pub struct SeedConfig {
     pub payment_addr: String,
     #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
     pub inventory_addr: String,
+    /// Token the participants' Deposit/AddStock require (if any).
+    #[command(flatten)]
+    pub admin: service_kit::auth::AdminConfig,
+    /// `--tls-ca` to call participants over TLS.
+    #[command(flatten)]
+    pub tls: service_kit::tls::TlsConfig,
+}
+
+/// The Prometheus endpoint.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MetricsConfig {
+    /// Serve Prometheus metrics at http://<addr>/metrics (dev: all three
+    /// services' metrics, as they share one process).
+    #[arg(long, env = "METRICS_LISTEN", default_value = "127.0.0.1:9461")]
+    pub metrics_listen: SocketAddr,
+    /// Do not serve metrics.
+    #[arg(long, env = "NO_METRICS")]
+    pub no_metrics: bool,
+}
+
+impl MetricsConfig {
+    /// Starts the exporter unless disabled; returns the scrape URL.
+    pub fn start(&self) -> Result<Option<String>, service_kit::metrics::MetricsError> {
+        if self.no_metrics {
+            return Ok(None);
+        }
+        service_kit::metrics::serve_metrics(self.metrics_listen)?;
+        Ok(Some(format!("http://{}/metrics", self.metrics_listen)))
+    }
 }
 
 /// Where state is kept; shared by `serve` and `dev`.
@@ -89,6 +118,14 @@ pub struct EngineConfig {
     /// milliseconds.
     #[arg(long, env = "SWEEP_INTERVAL_MS", default_value_t = 1_000)]
     pub sweep_interval_ms: u64,
+    /// Cap on sagas driven at once by this instance; beyond it CreateOrder
+    /// answers RESOURCE_EXHAUSTED instead of queueing without bound.
+    #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = 10_000)]
+    pub max_in_flight: usize,
+    /// After SIGTERM/SIGINT, how long in-flight steps get to finish and
+    /// persist before the process exits, in milliseconds.
+    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
     /// Longest CreateOrder with `wait` is held when the client sets no
     /// deadline, in milliseconds.
     #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000)]
@@ -143,6 +180,8 @@ impl EngineConfig {
                 sweep_interval: Duration::from_millis(self.sweep_interval_ms.max(10)),
             },
             max_wait: self.max_wait(),
+            max_in_flight: self.max_in_flight.max(1),
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
         })
     }
 }
@@ -164,7 +203,19 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub mongo: MongoConfig,
     #[command(flatten)]
+    pub metrics: MetricsConfig,
+    #[command(flatten)]
     pub engine: EngineConfig,
+    /// Admin token RetrySaga requires (`--admin-token` / `ADMIN_TOKEN`).
+    #[command(flatten)]
+    pub admin: service_kit::auth::AdminConfig,
+    /// TLS of this server (`--tls-cert`, `--tls-key`) and of its calls to
+    /// the participants (`--tls-ca`; a client certificate from
+    /// `--tls-cert`/`--tls-key` when they ask for one).
+    #[command(flatten)]
+    pub tls: service_kit::tls::TlsConfig,
+    #[command(flatten)]
+    pub limits: service_kit::server::LimitsConfig,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -186,7 +237,19 @@ pub struct DevConfig {
     #[command(flatten)]
     pub mongo: MongoConfig,
     #[command(flatten)]
+    pub metrics: MetricsConfig,
+    #[command(flatten)]
     pub engine: EngineConfig,
+    /// One admin token for all three services (and the seeding calls).
+    #[command(flatten)]
+    pub admin: service_kit::auth::AdminConfig,
+    /// One certificate for all three servers (it must name 127.0.0.1) and
+    /// `--tls-ca` to verify it (required with TLS: dev calls its own
+    /// participants).
+    #[command(flatten)]
+    pub tls: service_kit::tls::TlsConfig,
+    #[command(flatten)]
+    pub limits: service_kit::server::LimitsConfig,
 }
 
 fn hostname() -> String {

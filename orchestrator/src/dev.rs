@@ -62,6 +62,7 @@ async fn participant_stores(
 pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = Shutdown::new();
     shutdown.on_signals();
+    let metrics_url = config.metrics.start()?;
     let (payment_store, inventory_store) = participant_stores(&config, &shutdown).await?;
     let saga_store = crate::open_saga_store(
         &config.mongo,
@@ -82,25 +83,41 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     let inventory_addr = inventory_listener.local_addr()?.to_string();
     let orchestrator_addr = orchestrator_listener.local_addr()?.to_string();
 
+    // One set of TLS / token / limit options for all three servers.
+    let options = server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
+    if options.tls_enabled() && config.tls.tls_ca.is_none() {
+        return Err("dev with TLS needs --tls-ca too: it calls its own participants".into());
+    }
+    options.log_startup("dev stack");
     if config.faults.settings().is_enabled() {
         tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
     }
-    let payment_task = tokio::spawn(payment_svc::serve_with_faults(
+    let payment_task = tokio::spawn(payment_svc::serve_with(
         payment_store,
         Arc::new(config.faults.build()?),
+        options.clone(),
         payment_listener,
         shutdown.clone(),
     ));
-    let inventory_task = tokio::spawn(inventory_svc::serve_with_faults(
+    let inventory_task = tokio::spawn(inventory_svc::serve_with(
         inventory_store,
         Arc::new(config.faults.build()?),
+        options.clone(),
         inventory_listener,
         shutdown.clone(),
     ));
 
-    let payment_channel = crate::participant_channel(&format!("http://{payment_addr}"))?;
-    let inventory_channel = crate::participant_channel(&format!("http://{inventory_addr}"))?;
-    seed(payment_channel.clone(), inventory_channel.clone()).await?;
+    // http:// is upgraded to https:// when --tls-ca is set.
+    let payment_channel =
+        crate::participant_channel_with(&format!("http://{payment_addr}"), &config.tls)?;
+    let inventory_channel =
+        crate::participant_channel_with(&format!("http://{inventory_addr}"), &config.tls)?;
+    seed(
+        payment_channel.clone(),
+        inventory_channel.clone(),
+        &options.admin,
+    )
+    .await?;
 
     let invoker = Arc::new(OrderParticipants::new(
         payment_channel,
@@ -117,10 +134,14 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
             &where_data
         )
     );
-    let result = crate::serve(
+    if let Some(url) = &metrics_url {
+        println!("Prometheus metrics (all three services): {url}\n");
+    }
+    let result = crate::serve_with(
         saga_store,
         invoker,
         settings,
+        options,
         orchestrator_listener,
         shutdown.clone(),
     )
@@ -134,22 +155,26 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
 
 /// `orchestrator seed`: waits until both participants answer, then seeds.
 pub async fn seed_when_up(
-    payment_addr: &str,
-    inventory_addr: &str,
+    config: &crate::config::SeedConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use backon::{BackoffBuilder, ExponentialBuilder};
-    let payment = crate::participant_channel(payment_addr)?;
-    let inventory = crate::participant_channel(inventory_addr)?;
+    let admin = config.admin.build()?;
+    let payment = crate::participant_channel_with(&config.payment_addr, &config.tls)?;
+    let inventory = crate::participant_channel_with(&config.inventory_addr, &config.tls)?;
     let mut backoff = ExponentialBuilder::default()
         .with_min_delay(std::time::Duration::from_millis(200))
         .with_max_delay(std::time::Duration::from_secs(3))
         .with_max_times(40)
         .build();
     loop {
-        match seed(payment.clone(), inventory.clone()).await {
+        match seed(payment.clone(), inventory.clone(), &admin).await {
             Ok(()) => {
                 tracing::info!("demo data seeded");
                 return Ok(());
+            }
+            // A wrong or missing token does not get better by waiting.
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                return Err(status.into());
             }
             Err(status) => match backoff.next() {
                 Some(delay) => {
@@ -166,26 +191,27 @@ pub async fn seed_when_up(
 async fn seed(
     payment_channel: tonic::transport::Channel,
     inventory_channel: tonic::transport::Channel,
+    admin: &service_kit::auth::AdminAuth,
 ) -> Result<(), tonic::Status> {
     let mut payment = payment::payment_service_client::PaymentServiceClient::new(payment_channel);
     let mut inventory =
         inventory::inventory_service_client::InventoryServiceClient::new(inventory_channel);
     for (customer_id, amount_cents) in DEMO_ACCOUNTS {
         payment
-            .deposit(payment::DepositRequest {
+            .deposit(admin.request(payment::DepositRequest {
                 request_id: format!("seed-{customer_id}"),
                 customer_id: customer_id.to_owned(),
                 amount_cents,
-            })
+            }))
             .await?;
     }
     for (product_id, quantity) in DEMO_PRODUCTS {
         inventory
-            .add_stock(inventory::AddStockRequest {
+            .add_stock(admin.request(inventory::AddStockRequest {
                 request_id: format!("seed-{product_id}"),
                 product_id: product_id.to_owned(),
                 quantity,
-            })
+            }))
             .await?;
     }
     Ok(())

@@ -63,6 +63,21 @@ pub enum Outcome {
     CompensationGaveUp(String),
 }
 
+impl Outcome {
+    /// A short label (metrics, logs).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Refused(_) => "refused",
+            Outcome::Retrying(_) => "retrying",
+            Outcome::GaveUp(_) => "gave_up",
+            Outcome::Compensated => "compensated",
+            Outcome::CompensationRetrying(_) => "compensation_retrying",
+            Outcome::CompensationGaveUp(_) => "compensation_gave_up",
+        }
+    }
+}
+
 /// Creates a saga of `definition` whose first step's intent is recorded, so
 /// the creating write is also the intent of the first action.
 pub fn start(

@@ -29,6 +29,7 @@ use service_kit::shutdown::Shutdown;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 /// Whether a call does or undoes a step.
@@ -36,6 +37,15 @@ use tracing::Instrument;
 pub enum Phase {
     Action,
     Compensation,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Action => "action",
+            Phase::Compensation => "compensation",
+        }
+    }
 }
 
 /// Sends a step's action or compensation to its participant.
@@ -128,7 +138,16 @@ pub struct Executor {
     /// Sagas this process is driving right now (an optimisation: the
     /// sweep skips them; the store's versions guarantee exclusivity).
     driving: Mutex<HashSet<String>>,
+    /// One permit per saga driven by this process: the cap on in-flight
+    /// sagas (CreateOrder answers RESOURCE_EXHAUSTED rather than queueing
+    /// without bound; the sweep leaves the rest for later).
+    permits: Arc<Semaphore>,
+    max_in_flight: usize,
 }
+
+/// A reserved place among the in-flight sagas; released when the saga's
+/// driver ends (or when dropped unused).
+pub type Slot = OwnedSemaphorePermit;
 
 impl Executor {
     pub fn new(
@@ -138,7 +157,9 @@ impl Executor {
         lease: LeasePolicy,
         hub: Arc<SagaHub>,
         shutdown: Shutdown,
+        max_in_flight: usize,
     ) -> Self {
+        let max_in_flight = max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Executor {
             store,
             invoker,
@@ -147,6 +168,33 @@ impl Executor {
             hub,
             shutdown,
             driving: Mutex::new(HashSet::new()),
+            permits: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
+        }
+    }
+
+    /// Reserves a place for one more in-flight saga, if there is one.
+    pub fn reserve(&self) -> Option<Slot> {
+        let slot = self.permits.clone().try_acquire_owned().ok();
+        metrics::gauge!("saga_in_flight").set(self.in_flight() as f64);
+        slot
+    }
+
+    /// Sagas currently driven (or reserved) by this process.
+    pub fn in_flight(&self) -> usize {
+        self.max_in_flight
+            .saturating_sub(self.permits.available_permits())
+    }
+
+    /// The configured cap on in-flight sagas.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Waits until no saga is being driven by this process.
+    pub async fn drained(&self) {
+        while self.driving.lock().map(|d| !d.is_empty()).unwrap_or(false) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -160,9 +208,9 @@ impl Executor {
     }
 
     /// Drives `saga` — already leased to this instance in the store — on its
-    /// own task, so it continues whatever the caller does. Returns false if
-    /// this process is already driving it.
-    pub fn spawn(self: &Arc<Self>, saga: Saga) -> bool {
+    /// own task, holding `slot` until it ends, so it continues whatever the
+    /// caller does. Returns false if this process is already driving it.
+    pub fn spawn(self: &Arc<Self>, saga: Saga, slot: Slot) -> bool {
         if let Ok(mut driving) = self.driving.lock()
             && !driving.insert(saga.saga_id.clone())
         {
@@ -175,13 +223,19 @@ impl Executor {
             async move {
                 let saga_id = saga.saga_id.clone();
                 match this.drive(saga).await {
-                    Ok(saga) => tracing::info!(status = saga.status.as_str(), "saga finished"),
+                    Ok(saga) => {
+                        metrics::counter!("sagas_finished_total", "status" => saga.status.as_str())
+                            .increment(1);
+                        tracing::info!(status = saga.status.as_str(), "saga finished")
+                    }
                     Err(DriveError::ShuttingDown) => tracing::info!("saga paused for shutdown"),
                     Err(error) => tracing::warn!(%error, "stopped driving saga"),
                 }
                 if let Ok(mut driving) = this.driving.lock() {
                     driving.remove(&saga_id);
                 }
+                drop(slot);
+                metrics::gauge!("saga_in_flight").set(this.in_flight() as f64);
             }
             .instrument(span),
         );
@@ -191,7 +245,7 @@ impl Executor {
     /// Takes `saga` (read from the store) over: writes this instance's
     /// lease with the version read, then drives it. Returns false when
     /// another writer got there first or this process already drives it.
-    pub async fn claim(self: &Arc<Self>, mut saga: Saga) -> Result<bool, StoreError> {
+    pub async fn claim(self: &Arc<Self>, mut saga: Saga, slot: Slot) -> Result<bool, StoreError> {
         if self.driving.lock().is_ok_and(|d| d.contains(&saga.saga_id)) {
             return Ok(false);
         }
@@ -204,7 +258,7 @@ impl Executor {
                     metrics::counter!("saga_lease_takeovers_total").increment(1);
                     tracing::info!(saga_id = %saga.saga_id, previous_owner = ?previous, "took over saga with an expired lease");
                 }
-                Ok(self.spawn(saga))
+                Ok(self.spawn(saga, slot))
             }
             Err(StoreError::Conflict { .. }) => Ok(false),
             Err(other) => Err(other),
@@ -223,7 +277,12 @@ impl Executor {
             if self.shutdown.is_triggered() {
                 break;
             }
-            if self.claim(saga).await? {
+            if self.driving.lock().is_ok_and(|d| d.contains(&saga.saga_id)) {
+                continue;
+            }
+            // At the in-flight cap the rest wait for a later sweep.
+            let Some(slot) = self.reserve() else { break };
+            if self.claim(saga, slot).await? {
                 claimed += 1;
             }
         }

@@ -23,6 +23,7 @@ impl From<AppError> for Status {
             AppError::RequestIdReused(_) => Status::already_exists(message),
             AppError::NotFound(_) => Status::not_found(message),
             AppError::NotRetryable(_) => Status::failed_precondition(message),
+            AppError::Saturated(_) => Status::resource_exhausted(message),
             AppError::Store(crate::store::StoreError::Conflict { .. }) => Status::aborted(message),
             AppError::Store(_) => Status::unavailable(message),
         }
@@ -95,11 +96,21 @@ impl pb::order_service_server::OrderService for OrderApi {
 /// `saga.v1.SagaService`.
 pub struct SagaApi {
     app: Arc<Orchestrator>,
+    /// Who may call RetrySaga (everyone when no token is configured).
+    admin: service_kit::auth::AdminAuth,
 }
 
 impl SagaApi {
     pub fn new(app: Arc<Orchestrator>) -> Self {
-        SagaApi { app }
+        SagaApi {
+            app,
+            admin: service_kit::auth::AdminAuth::open(),
+        }
+    }
+
+    /// RetrySaga requires `admin`'s token.
+    pub fn with_admin(self, admin: service_kit::auth::AdminAuth) -> Self {
+        SagaApi { admin, ..self }
     }
 }
 
@@ -124,10 +135,28 @@ impl pb::saga_service_server::SagaService for SagaApi {
         Ok(Response::new(convert::saga(saga)))
     }
 
+    type WatchSagaStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::Saga, Status>> + Send>>;
+
+    async fn watch_saga(
+        &self,
+        request: Request<pb::WatchSagaRequest>,
+    ) -> Result<Response<Self::WatchSagaStream>, Status> {
+        use futures::StreamExt;
+        let r = request.into_inner();
+        validate::id("saga_id", &r.saga_id)?;
+        let states = self.app.watch(&r.saga_id).await?;
+        Ok(Response::new(Box::pin(
+            states.map(|saga| Ok(convert::saga(saga))),
+        )))
+    }
+
     async fn retry_saga(
         &self,
         request: Request<pb::RetrySagaRequest>,
     ) -> Result<Response<pb::Saga>, Status> {
+        // Admin only: checked first, so a refused call changes nothing.
+        self.admin.check(request.metadata())?;
         let r = request.into_inner();
         validate::id("saga_id", &r.saga_id)?;
         let saga = self.app.retry(&r.saga_id).await?;

@@ -36,7 +36,7 @@ pub mod saga;
 pub mod store;
 
 use executor::{Executor, LeasePolicy, RetryPolicy, StepInvoker};
-use service_kit::server::{self, ServeError};
+use service_kit::server::{self, ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +48,10 @@ pub struct Settings {
     pub retry: RetryPolicy,
     pub lease: LeasePolicy,
     pub max_wait: Duration,
+    /// Cap on sagas driven at once by this instance.
+    pub max_in_flight: usize,
+    /// After SIGTERM, how long in-flight steps get to finish and persist.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Settings {
@@ -56,6 +60,8 @@ impl Default for Settings {
             retry: RetryPolicy::default(),
             lease: LeasePolicy::default(),
             max_wait: Duration::from_secs(30),
+            max_in_flight: 10_000,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -70,6 +76,27 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
+    serve_with(
+        store,
+        invoker,
+        settings,
+        ServeOptions::default(),
+        listener,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] as `options` say: TLS or plaintext, the admin token RetrySaga
+/// requires, the largest accepted request.
+pub async fn serve_with(
+    store: Arc<dyn store::SagaStore>,
+    invoker: Arc<dyn StepInvoker>,
+    settings: Settings,
+    options: ServeOptions,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
     use saga_proto::saga::v1::order_service_server::OrderServiceServer;
     use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
 
@@ -81,21 +108,42 @@ pub async fn serve(
         settings.lease.clone(),
         hub.clone(),
         shutdown.clone(),
+        settings.max_in_flight,
     ));
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
-    let app = Arc::new(app::Orchestrator::new(store, executor, hub));
-    let routes = tonic::service::Routes::new(OrderServiceServer::new(grpc::OrderApi::new(
-        app.clone(),
-        settings.max_wait,
-    )))
-    .add_service(SagaServiceServer::new(grpc::SagaApi::new(app)));
-    let routes = server::with_standard_services::<OrderServiceServer<grpc::OrderApi>>(
+    let app = Arc::new(app::Orchestrator::new(
+        store,
+        executor.clone(),
+        hub,
+        shutdown.clone(),
+    ));
+    let limit = options.max_request_bytes;
+    let routes = tonic::service::Routes::new(
+        OrderServiceServer::new(grpc::OrderApi::new(app.clone(), settings.max_wait))
+            .max_decoding_message_size(limit),
+    )
+    .add_service(
+        SagaServiceServer::new(grpc::SagaApi::new(app).with_admin(options.admin.clone()))
+            .max_decoding_message_size(limit),
+    );
+    let routes = server::with_standard_services_limited::<OrderServiceServer<grpc::OrderApi>>(
         routes,
         &[<SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME],
+        limit,
     )
     .await?;
-    let served = server::serve(routes, listener, shutdown).await;
+    let served = server::serve_with(&options, routes, listener, shutdown).await;
     let _ = sweeper.await;
+    // Stopped accepting calls; let in-flight steps finish and persist.
+    if tokio::time::timeout(settings.shutdown_grace, executor.drained())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            sagas = executor.in_flight(),
+            "grace period over with sagas still in flight; they resume from their persisted state"
+        );
+    }
     served
 }
 
@@ -129,6 +177,18 @@ pub fn participant_channel(
     addr: &str,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     Ok(tonic::transport::Endpoint::from_shared(addr.to_owned())?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .connect_lazy())
+}
+
+/// [`participant_channel`] over TLS when `tls` has a CA or `addr` is
+/// `https://` (an `http://` address is upgraded when a CA is set).
+pub fn participant_channel_with(
+    addr: &str,
+    tls: &service_kit::tls::TlsConfig,
+) -> Result<tonic::transport::Channel, service_kit::tls::TlsError> {
+    Ok(service_kit::tls::client_endpoint(addr, tls)?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2))
         .connect_lazy())

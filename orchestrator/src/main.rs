@@ -17,7 +17,7 @@ async fn main() -> std::process::ExitCode {
         Some(Command::Serve(config)) => serve(config).await,
         Some(Command::Seed(config)) => {
             service_kit::telemetry::init(Default::default());
-            orchestrator::dev::seed_when_up(&config.payment_addr, &config.inventory_addr).await
+            orchestrator::dev::seed_when_up(&config).await
         }
         None => serve(cli.serve).await,
     };
@@ -33,8 +33,12 @@ async fn main() -> std::process::ExitCode {
 
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     service_kit::telemetry::init(config.engine.log_format);
+    // Bad TLS files or token: a start-up error naming the flag.
+    let options =
+        service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
     let shutdown = Shutdown::new();
     shutdown.on_signals();
+    config.metrics.start()?;
     let store = orchestrator::open_saga_store(
         &config.mongo,
         &config.data_dir,
@@ -43,13 +47,22 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     let invoker = OrderParticipants::new(
-        orchestrator::participant_channel(&config.payment_addr)?,
-        orchestrator::participant_channel(&config.inventory_addr)?,
+        orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?,
+        orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?,
         config.engine.call_timeout(),
     );
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
     let settings = config.engine.settings(config.listen)?;
-    orchestrator::serve(store, Arc::new(invoker), settings, listener, shutdown).await?;
+    options.log_startup("orchestrator");
+    orchestrator::serve_with(
+        store,
+        Arc::new(invoker),
+        settings,
+        options,
+        listener,
+        shutdown,
+    )
+    .await?;
     Ok(())
 }

@@ -53,10 +53,29 @@ impl OrderParticipants {
         }
     }
 
-    fn request<T>(&self, message: T) -> Request<T> {
+    /// A participant request with the call deadline and the saga's trace
+    /// context (`traceparent`, trace id = the saga id's 32 hex digits).
+    fn request<T>(&self, saga: &Saga, message: T) -> Request<T> {
         let mut request = Request::new(message);
         request.set_timeout(self.call_timeout);
+        if let Ok(value) = service_kit::trace::traceparent(&trace_id(saga)).parse() {
+            request
+                .metadata_mut()
+                .insert(service_kit::trace::TRACEPARENT, value);
+        }
         request
+    }
+}
+
+/// The W3C trace id of a saga: its UUID's hex digits (saga ids are UUIDs;
+/// anything else is hashed into 32 hex digits).
+pub fn trace_id(saga: &Saga) -> String {
+    match uuid::Uuid::parse_str(&saga.saga_id) {
+        Ok(id) => id.simple().to_string(),
+        Err(_) => {
+            use sha2::{Digest, Sha256};
+            hex::encode(&Sha256::digest(saga.saga_id.as_bytes())[..16])
+        }
     }
 }
 
@@ -84,7 +103,11 @@ impl StepInvoker for OrderParticipants {
                     customer_id,
                     amount_cents,
                 };
-                self.payment.clone().charge(self.request(r)).await.map(drop)
+                self.payment
+                    .clone()
+                    .charge(self.request(saga, r))
+                    .await
+                    .map(drop)
             }
             (PAYMENT, Phase::Compensation) => {
                 let r = payment::RefundRequest {
@@ -92,7 +115,11 @@ impl StepInvoker for OrderParticipants {
                     customer_id,
                     amount_cents,
                 };
-                self.payment.clone().refund(self.request(r)).await.map(drop)
+                self.payment
+                    .clone()
+                    .refund(self.request(saga, r))
+                    .await
+                    .map(drop)
             }
             (INVENTORY, Phase::Action) => {
                 let r = inventory::DeductRequest {
@@ -101,7 +128,7 @@ impl StepInvoker for OrderParticipants {
                 };
                 self.inventory
                     .clone()
-                    .deduct(self.request(r))
+                    .deduct(self.request(saga, r))
                     .await
                     .map(drop)
             }
@@ -112,7 +139,7 @@ impl StepInvoker for OrderParticipants {
                 };
                 self.inventory
                     .clone()
-                    .restock(self.request(r))
+                    .restock(self.request(saga, r))
                     .await
                     .map(drop)
             }

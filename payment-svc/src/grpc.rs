@@ -5,10 +5,15 @@
 //! input is validated: before the store call (latency, transient error,
 //! refusal) and after it (lost reply). GetAccount and Deposit are never
 //! faulted (see `service_kit::faults` for why).
+//!
+//! Deposit is an admin RPC: when an admin token is configured
+//! (`service_kit::auth`) it requires `authorization: Bearer <token>` and
+//! answers UNAUTHENTICATED otherwise, before its input is even validated.
 
 use crate::store::{AccountView, PaymentStore, Transfer};
 use operation_history::{ActionReply, CompensationResult, OperationRecord};
 use saga_proto::payment::v1 as pb;
+use service_kit::auth::AdminAuth;
 use service_kit::faults::{CallKind, Faults};
 use service_kit::validate;
 use std::sync::Arc;
@@ -23,6 +28,7 @@ const MAX_OPERATIONS: usize = 100;
 pub struct PaymentApi {
     store: Arc<dyn PaymentStore>,
     faults: Arc<Faults>,
+    admin: AdminAuth,
 }
 
 impl PaymentApi {
@@ -33,7 +39,16 @@ impl PaymentApi {
 
     /// Consulting `faults` on every Charge and Refund.
     pub fn with_faults(store: Arc<dyn PaymentStore>, faults: Arc<Faults>) -> Self {
-        PaymentApi { store, faults }
+        PaymentApi {
+            store,
+            faults,
+            admin: AdminAuth::open(),
+        }
+    }
+
+    /// Deposit requires `admin`'s token (open by default).
+    pub fn with_admin(self, admin: AdminAuth) -> Self {
+        PaymentApi { admin, ..self }
     }
 }
 
@@ -175,6 +190,9 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         &self,
         request: Request<pb::DepositRequest>,
     ) -> Result<Response<pb::DepositResponse>, Status> {
+        // Admin only: checked before anything else, so a refused call
+        // changes nothing.
+        self.admin.check(request.metadata())?;
         let r = request.into_inner();
         let deposit = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = deposit.request_id.clone();

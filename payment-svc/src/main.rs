@@ -20,6 +20,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    // Checked before anything else: a bad TLS file or token stops start-up
+    // at once, naming the flag.
+    let options = config.serve_options()?;
     let shutdown = Shutdown::new();
     shutdown.on_signals();
     let store: Arc<dyn PaymentStore> = match &config.mongodb_uri {
@@ -48,6 +51,7 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "payment-svc serving");
-    payment_svc::serve_with_faults(store, faults, listener, shutdown).await?;
+    options.log_startup("payment-svc");
+    payment_svc::serve_with(store, faults, options, listener, shutdown).await?;
     Ok(())
 }

@@ -38,7 +38,8 @@
 //!   stack and the compose `seed` job call them at start-up) and are not saga
 //!   steps, so nothing retries or compensates them; faulting them would make a
 //!   faulty stack fail to start instead of showing recovery.
-//! - The admin API itself.
+//! - The admin API itself, which requires the admin token when one is
+//!   configured (`service_kit::auth`; [`service_with`]).
 //!
 //! # Determinism
 //!
@@ -53,6 +54,8 @@
 //! Counters are cumulative since start-up (they are not reset by SetFaults):
 //! compare two readings to count what one run injected.
 
+use crate::auth::AdminAuth;
+use crate::server::ServeOptions;
 use crate::validate;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -493,23 +496,39 @@ impl Faults {
 /// `faults.v1.FaultService` over a participant's [`Faults`].
 pub struct FaultApi {
     faults: Arc<Faults>,
+    admin: AdminAuth,
 }
 
 impl FaultApi {
+    /// Open to every caller (no admin token).
     pub fn new(faults: Arc<Faults>) -> Self {
-        FaultApi { faults }
+        Self::with_admin(faults, AdminAuth::open())
     }
 
-    /// Who may change faults. Every caller, for now: admin authentication is
-    /// added by a later change, here, for both RPCs at once.
-    fn authorize<T>(&self, _request: &Request<T>) -> Result<(), Status> {
-        Ok(())
+    /// Both RPCs require the admin token when `admin` has one.
+    pub fn with_admin(faults: Arc<Faults>, admin: AdminAuth) -> Self {
+        FaultApi { faults, admin }
+    }
+
+    /// Who may read or change faults: the admin token's holders (everyone
+    /// when none is configured). Checked first, so a refused call reads and
+    /// changes nothing.
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.admin.check(request.metadata())
     }
 }
 
-/// The admin service to add next to a participant's own service.
+/// The admin service to add next to a participant's own service, open to
+/// every caller.
 pub fn service(faults: Arc<Faults>) -> FaultServiceServer<FaultApi> {
     FaultServiceServer::new(FaultApi::new(faults))
+}
+
+/// The admin service guarded by `options.admin`, accepting requests of at
+/// most `options.max_request_bytes`.
+pub fn service_with(faults: Arc<Faults>, options: &ServeOptions) -> FaultServiceServer<FaultApi> {
+    FaultServiceServer::new(FaultApi::with_admin(faults, options.admin.clone()))
+        .max_decoding_message_size(options.max_request_bytes)
 }
 
 #[tonic::async_trait]

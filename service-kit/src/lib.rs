@@ -1,23 +1,36 @@
 //! What the three services share, so each is only its own logic.
 //!
+//! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
+//!   checked by the admin RPCs and attached by their clients.
 //! - [`embedded`]: the embedded durable store every service uses by default —
 //!   SQLite in WAL mode behind one writer thread that group-commits the writes
 //!   of many concurrent requests into one transaction.
 //! - [`faults`]: fault injection in the participants (latency, transient
 //!   errors, refusals, lost replies; seeded, deterministic) and its
 //!   `faults.v1` admin service.
+//! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
 //! - [`mongo`]: MongoDB connection, indexes and error classification shared by
 //!   the MongoDB backends.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
-//!   grpcurl 1.8.6 works) and `grpc.health.v1`.
+//!   grpcurl 1.8.6 works) and `grpc.health.v1`;
+//!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
+//!   what the security and limit flags decide for one server.
 //! - [`shutdown`]: one small type that tells every task to stop.
+//! - [`trace`]: W3C `traceparent` propagation, so one saga's logs join up
+//!   across the three services.
 //! - [`telemetry`]: `tracing` set-up (text or JSON lines).
+//! - [`tls`]: rustls TLS flags (`--tls-cert`, `--tls-key`, `--tls-ca`,
+//!   `--tls-client-auth`) for servers and the clients that call them.
 //! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
 
+pub mod auth;
 pub mod embedded;
 pub mod faults;
+pub mod metrics;
 pub mod mongo;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tls;
+pub mod trace;
 pub mod validate;

@@ -1,13 +1,152 @@
 //! gRPC server start-up shared by the three services: every server gets
 //! reflection (v1 and v1alpha — grpcurl 1.8.6 only speaks v1alpha) and
 //! `grpc.health.v1`, and stops serving when the [`Shutdown`] fires.
+//!
+//! [`ServeOptions`] carries what the security and limit flags decide for one
+//! server — TLS ([`crate::tls`]), the admin token ([`crate::auth`]) and the
+//! largest accepted request ([`LimitsConfig`]) — built once from the flags
+//! by [`ServeOptions::from_flags`]. [`serve_with`] applies the TLS part; the
+//! services apply the rest when they build their generated servers
+//! (`.max_decoding_message_size(options.max_request_bytes)`, an
+//! [`AdminAuth`] check in each admin RPC). [`serve`] is plaintext with the
+//! defaults, as before.
 
+use crate::auth::{AdminAuth, AdminConfig, InvalidToken};
 use crate::shutdown::Shutdown;
+use crate::tls::{TlsConfig, TlsError};
+use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::service::Routes;
+use tonic::transport::ServerTlsConfig;
+
+/// Largest request message a server accepts by default: 1 MiB. Larger
+/// requests are refused with RESOURCE_EXHAUSTED before they are decoded.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// Request limits; `#[command(flatten)]` it into a service's clap config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[command(next_help_heading = "Limits")]
+pub struct LimitsConfig {
+    /// Largest request message accepted, in bytes; larger ones are refused
+    /// with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "MAX_REQUEST_BYTES", default_value_t = DEFAULT_MAX_REQUEST_BYTES, value_parser = parse_request_bytes)]
+    pub max_request_bytes: usize,
+}
+
+/// Smallest accepted `--max-request-bytes` (smaller would refuse ordinary
+/// calls).
+pub const MIN_MAX_REQUEST_BYTES: usize = 1024;
+
+/// clap value parser for `--max-request-bytes`: a number of bytes, at least
+/// [`MIN_MAX_REQUEST_BYTES`].
+fn parse_request_bytes(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("not a number of bytes ({e})"))?;
+    if n < MIN_MAX_REQUEST_BYTES {
+        return Err(format!(
+            "must be at least {MIN_MAX_REQUEST_BYTES} bytes (got {n})"
+        ));
+    }
+    Ok(n)
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+/// How one server is exposed: TLS or plaintext, who may call its admin
+/// RPCs, how large a request may be. `Default` is the dev default:
+/// plaintext, admin RPCs open, 1 MiB.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// `Some`: serve TLS with this identity (see [`TlsConfig::server_tls`]).
+    pub tls: Option<ServerTlsConfig>,
+    /// Token check of the admin RPCs.
+    pub admin: AdminAuth,
+    /// Applied to every generated service with
+    /// `.max_decoding_message_size(..)`.
+    pub max_request_bytes: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            tls: None,
+            admin: AdminAuth::open(),
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+impl fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("tls", &self.tls.is_some())
+            .field("admin", &self.admin)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .finish()
+    }
+}
+
+/// A security or limit flag that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Admin(#[from] InvalidToken),
+}
+
+impl ServeOptions {
+    /// The options the flags ask for; every file is read and checked now.
+    pub fn from_flags(
+        admin: &AdminConfig,
+        tls: &TlsConfig,
+        limits: &LimitsConfig,
+    ) -> Result<ServeOptions, OptionsError> {
+        Ok(ServeOptions {
+            tls: tls.server_tls()?,
+            admin: admin.build()?,
+            max_request_bytes: limits.max_request_bytes,
+        })
+    }
+
+    /// Whether this server serves TLS.
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Logs, once at start-up, how `service` is exposed (never a secret):
+    /// TLS or plaintext, the request limit, and WARN when admin RPCs are
+    /// open.
+    pub fn log_startup(&self, service: &str) {
+        tracing::info!(
+            service,
+            tls = self.tls_enabled(),
+            max_request_bytes = self.max_request_bytes,
+            "serving {}",
+            if self.tls_enabled() {
+                "TLS"
+            } else {
+                "plaintext"
+            }
+        );
+        self.admin.log_startup(service);
+    }
+}
 
 /// Why a server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +159,7 @@ pub enum ServeError {
     },
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("transport: {0}")]
+    #[error("transport: {}", crate::tls::error_chain(.0))]
     Transport(#[from] tonic::transport::Error),
 }
 
@@ -38,6 +177,16 @@ pub async fn with_standard_services<S: NamedService>(
     routes: Routes,
     served: &[&str],
 ) -> Result<Routes, ServeError> {
+    with_standard_services_limited::<S>(routes, served, DEFAULT_MAX_REQUEST_BYTES).await
+}
+
+/// [`with_standard_services`] whose health and reflection services accept
+/// requests of at most `max_request_bytes`.
+pub async fn with_standard_services_limited<S: NamedService>(
+    routes: Routes,
+    served: &[&str],
+    max_request_bytes: usize,
+) -> Result<Routes, ServeError> {
     let reflection = || {
         let mut builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(saga_proto::FILE_DESCRIPTOR_SET)
@@ -52,23 +201,187 @@ pub async fn with_standard_services<S: NamedService>(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<S>().await;
     Ok(routes
-        .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?))
+        .add_service(health.max_decoding_message_size(max_request_bytes))
+        .add_service(
+            reflection()
+                .build_v1()?
+                .max_decoding_message_size(max_request_bytes),
+        )
+        .add_service(
+            reflection()
+                .build_v1alpha()?
+                .max_decoding_message_size(max_request_bytes),
+        ))
 }
 
-/// Serves `routes` on `listener` until `shutdown` fires; in-flight calls are
-/// allowed to finish.
+/// Serves `routes` on `listener` in plaintext until `shutdown` fires;
+/// in-flight calls are allowed to finish.
 pub async fn serve(
     routes: Routes,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
-    tonic::transport::Server::builder()
+    serve_with(&ServeOptions::default(), routes, listener, shutdown).await
+}
+
+/// Serves `routes` on `listener` until `shutdown` fires, over TLS when
+/// `options.tls` is set; in-flight calls are allowed to finish. (The admin
+/// check and the request limit are applied by the services themselves.)
+pub async fn serve_with(
+    options: &ServeOptions,
+    routes: Routes,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &options.tls {
+        crate::tls::install_crypto_provider();
+        builder = builder.tls_config(tls.clone())?;
+    }
+    builder
+        .layer(tower_layer::layer_fn(OversizeIsResourceExhausted))
         .add_routes(routes)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             shutdown.wait().await
         })
         .await?;
     Ok(())
+}
+
+/// Answers RESOURCE_EXHAUSTED — what the gRPC status code guide prescribes
+/// for a message over the receiver's limit, and what other gRPC stacks send
+/// — where tonic answers OUT_OF_RANGE ("decoded message length too large").
+/// Every other response passes untouched.
+#[derive(Clone, Debug)]
+struct OversizeIsResourceExhausted<S>(S);
+
+/// The start of tonic's message for a request over the decoding limit.
+const OVERSIZE_MESSAGE_PREFIX: &[u8] = b"Error, decoded message length too large";
+
+impl<S, B, ResBody> tonic::codegen::Service<http::Request<B>> for OversizeIsResourceExhausted<S>
+where
+    S: tonic::codegen::Service<http::Request<B>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    ResBody: 'static,
+{
+    type Response = http::Response<ResBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let reply = self.0.call(request);
+        Box::pin(async move {
+            let mut response = reply.await?;
+            oversize_is_resource_exhausted(response.headers_mut());
+            Ok(response)
+        })
+    }
+}
+
+/// Rewrites a trailers-only OUT_OF_RANGE "decoded message length too large"
+/// status (as tonic refuses an oversize request) to RESOURCE_EXHAUSTED.
+fn oversize_is_resource_exhausted(headers: &mut http::HeaderMap) {
+    let out_of_range = (tonic::Code::OutOfRange as i32).to_string();
+    if headers.get("grpc-status").map(|v| v.as_bytes()) != Some(out_of_range.as_bytes()) {
+        return;
+    }
+    let oversize = headers
+        .get("grpc-message")
+        .is_some_and(|m| percent_decode(m.as_bytes()).starts_with(OVERSIZE_MESSAGE_PREFIX));
+    if oversize {
+        let code = (tonic::Code::ResourceExhausted as i32).to_string();
+        headers.insert(
+            "grpc-status",
+            http::HeaderValue::from_str(&code).expect("digits are a header value"),
+        );
+    }
+}
+
+/// `%XX` sequences decoded (grpc-message is percent-encoded).
+fn percent_decode(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (raw[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        limits: LimitsConfig,
+    }
+
+    #[test]
+    fn limit_flag_defaults_to_1_mib_and_has_a_floor() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.limits.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
+        let cli = Cli::try_parse_from(["x", "--max-request-bytes", "65536"]).unwrap();
+        assert_eq!(cli.limits.max_request_bytes, 65536);
+        for bad in ["1023", "-1", "lots"] {
+            let e = Cli::try_parse_from(["x".into(), format!("--max-request-bytes={bad}")])
+                .unwrap_err();
+            assert!(e.to_string().contains("--max-request-bytes"), "{e}");
+        }
+    }
+
+    #[test]
+    fn only_oversize_out_of_range_becomes_resource_exhausted() {
+        let status = |code: tonic::Code, message: &str| {
+            let mut headers = http::HeaderMap::new();
+            tonic::Status::new(code, message)
+                .add_header(&mut headers)
+                .unwrap();
+            oversize_is_resource_exhausted(&mut headers);
+            tonic::Status::from_header_map(&headers).unwrap()
+        };
+        let oversize = status(
+            tonic::Code::OutOfRange,
+            "Error, decoded message length too large: found 9 bytes, the limit is: 8 bytes",
+        );
+        assert_eq!(oversize.code(), tonic::Code::ResourceExhausted);
+        assert!(oversize.message().contains("found 9 bytes"));
+        let other = status(tonic::Code::OutOfRange, "page 7 does not exist");
+        assert_eq!(other.code(), tonic::Code::OutOfRange);
+        let unrelated = status(
+            tonic::Code::InvalidArgument,
+            "Error, decoded message length too large",
+        );
+        assert_eq!(unrelated.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn options_debug_shows_no_secret() {
+        let options = ServeOptions {
+            admin: AdminAuth::with_token("zz-secret-zz").unwrap(),
+            ..ServeOptions::default()
+        };
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("zz-secret-zz"), "{shown}");
+        assert!(shown.contains("tls: false"), "{shown}");
+    }
 }

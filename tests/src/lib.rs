@@ -227,6 +227,8 @@ pub fn test_settings(retry: RetryPolicy, port: u16) -> orchestrator::Settings {
             sweep_interval: Duration::from_millis(100),
         },
         max_wait: Duration::from_secs(20),
+        max_in_flight: 10_000,
+        shutdown_grace: Duration::from_secs(5),
     }
 }
 

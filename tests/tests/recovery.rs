@@ -22,6 +22,8 @@ fn settings(owner: &str, ttl_ms: u64) -> orchestrator::Settings {
             sweep_interval: Duration::from_millis(50),
         },
         max_wait: Duration::from_secs(10),
+        max_in_flight: 10_000,
+        shutdown_grace: Duration::from_secs(5),
     }
 }
 

@@ -1,0 +1,58 @@
+//! What the participants count, recorded once the outcome is committed (in
+//! the gRPC adapters, never inside a transaction that could be retried):
+//! `participant_operations_total{kind, result}` with results `applied`,
+//! `deduplicated`, `refused`, `compensated`, `null_compensation`,
+//! `nothing_to_undo`, `hanging_refused`, `parameter_mismatch`.
+
+use crate::{ActionReply, CompensationEffect, CompensationResult, ParticipantError};
+
+fn count(kind: &'static str, result: &'static str) {
+    metrics::counter!("participant_operations_total", "kind" => kind, "result" => result)
+        .increment(1);
+}
+
+/// Counts the reply (or error) of an action of `kind`.
+pub fn action<T>(kind: &'static str, reply: &Result<ActionReply<T>, ParticipantError>) {
+    let result = match reply {
+        Ok(ActionReply::Applied {
+            replayed: false, ..
+        }) => "applied",
+        Ok(ActionReply::Refused {
+            replayed: false, ..
+        }) => "refused",
+        Ok(
+            ActionReply::Applied { replayed: true, .. }
+            | ActionReply::Refused { replayed: true, .. },
+        ) => "deduplicated",
+        Err(e) => match error(e) {
+            Some(result) => result,
+            None => return,
+        },
+    };
+    count(kind, result);
+}
+
+/// Counts the reply (or error) of a compensation of `kind`.
+pub fn compensation(kind: &'static str, reply: &Result<CompensationResult, ParticipantError>) {
+    let result = match reply {
+        Ok(CompensationResult { replayed: true, .. }) => "deduplicated",
+        Ok(CompensationResult { effect, .. }) => match effect {
+            CompensationEffect::Undone => "compensated",
+            CompensationEffect::NullCompensation => "null_compensation",
+            CompensationEffect::NothingToUndo => "nothing_to_undo",
+        },
+        Err(e) => match error(e) {
+            Some(result) => result,
+            None => return,
+        },
+    };
+    count(kind, result);
+}
+
+fn error(e: &ParticipantError) -> Option<&'static str> {
+    match e {
+        ParticipantError::AlreadyCompensated(_) => Some("hanging_refused"),
+        ParticipantError::ParameterMismatch(_) => Some("parameter_mismatch"),
+        _ => None,
+    }
+}
