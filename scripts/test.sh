@@ -29,6 +29,16 @@ echo "== cargo test (embedded stores and MongoDB)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
-# One closing line for the whole run (cargo prints one per test binary).
+
+echo "== chaos soak (short): 200 sagas, SIGKILLs and faults, on both backends"
+cargo build --workspace --bins --quiet
+for backend in embedded mongo; do
+  cargo run --quiet -p saga-tests --bin chaos -- --sagas 200 --orchestrator-kills 1 --backend "$backend" \
+    | tee -a "$log" | tail -n 25
+done
+
+# One closing line for the whole run (cargo prints one per test binary;
+# the chaos soak prints "chaos: N passed, M failed").
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
+     /^chaos: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

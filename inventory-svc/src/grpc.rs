@@ -12,9 +12,10 @@
 
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
 use operation_history::{ActionReply, CompensationResult};
+use operation_history::{Refusal, RefusalReason};
 use saga_proto::inventory::v1 as pb;
 use service_kit::auth::AdminAuth;
-use service_kit::faults::{CallKind, Faults};
+use service_kit::faults::{CallKind, Faults, REFUSAL_MESSAGE};
 use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -138,12 +139,13 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             tracing::info_span!("deduct", request_id = %request_id, lines = deduction.lines.len());
         async move {
             let admitted = self.faults.before(CallKind::Action, &request_id).await?;
-            let reply = self
-                .store
-                .deduct(deduction)
-                .await
-                .map_err(Status::from)
-                .and_then(applied);
+            let reply = if admitted.refuse() {
+                let refusal = Refusal::new(RefusalReason::Insufficient, REFUSAL_MESSAGE);
+                self.store.refuse_deduct(deduction, refusal).await
+            } else {
+                self.store.deduct(deduction).await
+            };
+            let reply = reply.map_err(Status::from).and_then(applied);
             let ((), replayed) = self.faults.after(admitted, &request_id, reply)?;
             tracing::debug!(replayed, "deducted");
             Ok(Response::new(pb::DeductResponse {

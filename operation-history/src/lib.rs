@@ -34,11 +34,13 @@ pub mod metrics;
 pub mod mongo;
 mod participant;
 mod record;
+mod reply;
 pub mod sqlite;
 
 pub use fingerprint::Fingerprint;
 pub use participant::{ActionReply, Failure, ParticipantError, Refusal, RefusalReason};
 pub use record::{OperationRecord, RecordStatus, now_ms};
+pub use reply::{finish, refuse, replay};
 
 use std::future::Future;
 

@@ -12,9 +12,10 @@
 
 use crate::store::{AccountView, PaymentStore, Transfer};
 use operation_history::{ActionReply, CompensationResult, OperationRecord};
+use operation_history::{Refusal, RefusalReason};
 use saga_proto::payment::v1 as pb;
 use service_kit::auth::AdminAuth;
-use service_kit::faults::{CallKind, Faults};
+use service_kit::faults::{CallKind, Faults, REFUSAL_MESSAGE};
 use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -117,12 +118,13 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let span = tracing::info_span!("charge", request_id = %request_id, customer_id = %charge.customer_id);
         async move {
             let admitted = self.faults.before(CallKind::Action, &request_id).await?;
-            let reply = self
-                .store
-                .charge(charge)
-                .await
-                .map_err(Status::from)
-                .and_then(applied);
+            let reply = if admitted.refuse() {
+                let refusal = Refusal::new(RefusalReason::Insufficient, REFUSAL_MESSAGE);
+                self.store.refuse_charge(charge, refusal).await
+            } else {
+                self.store.charge(charge).await
+            };
+            let reply = reply.map_err(Status::from).and_then(applied);
             let (balance_cents, replayed) = self.faults.after(admitted, &request_id, reply)?;
             tracing::debug!(balance_cents, replayed, "charged");
             Ok(Response::new(pb::ChargeResponse {

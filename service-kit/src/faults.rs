@@ -290,6 +290,20 @@ pub struct FaultCounters {
 #[derive(Debug)]
 pub struct Admitted {
     drop_reply: bool,
+    refuse: bool,
+}
+
+impl Admitted {
+    /// Whether the participant must refuse this action as a business
+    /// refusal. It must do so *through its operationHistory*: recorded like
+    /// any refusal when the request id is new, and the recorded outcome
+    /// replayed when it is not — an action applied by an earlier attempt
+    /// whose reply was lost stays applied. (A refusal that skipped the
+    /// barrier would tell the orchestrator "nothing applied" about a charge
+    /// that was, and leak money.)
+    pub fn refuse(&self) -> bool {
+        self.refuse
+    }
 }
 
 /// Every decision for one call, drawn together.
@@ -445,7 +459,9 @@ impl Faults {
 
     /// Call before a mutating call does anything (after its input is
     /// validated): sleeps the drawn latency, then fails with an injected
-    /// transient error or (actions only) refusal, or admits the call.
+    /// transient error, or admits the call — for actions possibly marked to
+    /// be refused ([`Admitted::refuse`]), which the participant records
+    /// through its barrier.
     pub async fn before(&self, kind: CallKind, request_id: &str) -> Result<Admitted, Status> {
         let plan = self.lock().plan(kind);
         if plan.delay_ms > 0 {
@@ -466,10 +482,10 @@ impl Faults {
         if plan.refusal {
             self.refusals.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(request_id, ?kind, "injected business refusal");
-            return Err(Status::failed_precondition(REFUSAL_MESSAGE));
         }
         Ok(Admitted {
             drop_reply: plan.drop_reply,
+            refuse: plan.refusal,
         })
     }
 
@@ -577,7 +593,8 @@ mod tests {
     async fn outcome(faults: &Faults, kind: CallKind) -> char {
         match faults.before(kind, "r").await {
             Err(s) if s.message() == TRANSIENT_MESSAGE => 'T',
-            Err(_) => 'R',
+            Err(_) => '?',
+            Ok(a) if a.refuse() => 'R',
             Ok(a) => match faults.after(a, "r", Ok(())) {
                 Ok(()) => '.',
                 Err(_) => 'D',
@@ -625,8 +642,8 @@ mod tests {
     #[tokio::test]
     async fn rate_one_always_fires_and_admin_is_never_faulted() {
         let faults = Faults::new(settings(0.0, 0.0, 1.0, 1)).unwrap();
-        let refused = faults.before(CallKind::Action, "r").await.unwrap_err();
-        assert_eq!(refused.code(), Code::FailedPrecondition);
+        let refused = faults.before(CallKind::Action, "r").await.unwrap();
+        assert!(refused.refuse(), "the participant records the refusal");
         assert_eq!(outcome(&faults, CallKind::Compensation).await, '.');
         faults.set(settings(1.0, 1.0, 1.0, 1)).unwrap();
         assert_eq!(outcome(&faults, CallKind::Admin).await, '.');

@@ -342,8 +342,8 @@ async fn only_actions_are_refused() {
         .into_inner();
     assert_eq!(
         null.effect(),
-        payment::CompensationEffect::NullCompensation,
-        "the injected refusal recorded nothing"
+        payment::CompensationEffect::NothingToUndo,
+        "the injected refusal is recorded like any refusal"
     );
     assert_eq!(balance(pay.addr, "alice").await, 1_000);
     deposit(&pay, "bob", 50).await;
@@ -606,4 +606,35 @@ async fn both_participants_serve_and_advertise_the_fault_service() {
         assert_eq!(counters(&status), [0; 4]);
         running.stop().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_refusal_never_hides_a_charge_applied_by_an_earlier_attempt() {
+    // The chaos soak's finding: a charge applied with its reply lost, then a
+    // retry that draws an injected refusal. The refusal goes through the
+    // barrier, so the retry replays "applied" instead of claiming nothing
+    // was charged (which would make the orchestrator skip the refund).
+    let pay = Participant::start(Service::Payment, off()).await;
+    deposit(&pay, "alice", 1_000).await;
+    let mut client = pay.payments().await;
+    pay.set(settings(0.0, 1.0, 0.0, 1)).await;
+    assert_status(
+        client.charge(charge("lost-1", "alice", 300)).await,
+        Code::Unavailable,
+        LOST_REPLY_MESSAGE,
+    );
+    assert_eq!(
+        balance(pay.addr, "alice").await,
+        700,
+        "applied despite the lost reply"
+    );
+    pay.set(settings(0.0, 0.0, 1.0, 1)).await;
+    let retry = client
+        .charge(charge("lost-1", "alice", 300))
+        .await
+        .expect("the retry replays the applied charge")
+        .into_inner();
+    assert!(retry.replayed);
+    assert_eq!(retry.balance_cents, 700);
+    pay.stop().await;
 }

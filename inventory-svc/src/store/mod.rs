@@ -154,6 +154,16 @@ pub trait InventoryStore: Send + Sync + 'static {
     /// short (quantities of repeated products are added up first).
     async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError>;
 
+    /// Refuses the deduction for a reason decided outside the stock rules
+    /// (an injected fault): recorded like any refusal if the request id is
+    /// new, else the recorded outcome is replayed — never applied, never
+    /// undone.
+    async fn refuse_deduct(
+        &self,
+        deduction: Deduction,
+        refusal: operation_history::Refusal,
+    ) -> Result<ActionReply<()>, ParticipantError>;
+
     /// Compensates the deduction with the same request id and lines.
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError>;
 

@@ -261,6 +261,18 @@ impl InventoryStore for MongoInventoryStore {
             .await
     }
 
+    async fn refuse_deduct(
+        &self,
+        deduction: Deduction,
+        refusal: operation_history::Refusal,
+    ) -> Result<ActionReply<()>, ParticipantError> {
+        self.transact(deduction, move |tx, d| {
+            let refusal = refusal.clone();
+            async move { stock::refuse_deduct(tx, d, &refusal).await }.boxed()
+        })
+        .await
+    }
+
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
         self.transact(deduction, |tx, d| stock::restock(tx, d).boxed())
             .await

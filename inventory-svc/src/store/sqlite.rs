@@ -198,6 +198,22 @@ impl InventoryStore for SqliteInventoryStore {
             .await
     }
 
+    async fn refuse_deduct(
+        &self,
+        deduction: Deduction,
+        refusal: operation_history::Refusal,
+    ) -> Result<ActionReply<()>, ParticipantError> {
+        self.db
+            .write(move |conn| {
+                collapse(SqliteHistory::run(stock::refuse_deduct(
+                    &mut SqliteHistory::new(conn),
+                    &deduction,
+                    &refusal,
+                )))
+            })
+            .await
+    }
+
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
         self.db
             .write(move |conn| {

@@ -17,8 +17,8 @@
 use super::{ADD_STOCK, DEDUCT, Deduction, RESTOCK, StockAddition};
 use operation_history::{
     ActionGate, ActionReply, CompensationGate, CompensationResult, Failure, Fingerprint, HistoryTx,
-    Operation, ParticipantError, Recorded, Refusal, RefusalReason, begin_action,
-    begin_compensation, finish_action, finish_compensation, now_ms,
+    Operation, ParticipantError, Refusal, RefusalReason, begin_action, begin_compensation, finish,
+    finish_compensation, now_ms, refuse, replay,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -237,53 +237,6 @@ async fn take_lines<T: StockTx>(tx: &mut T, d: &Deduction) -> Result<(), Failure
     Ok(())
 }
 
-/// Replays a recorded action outcome, reading an applied detail with
-/// `value`.
-fn replay<V, E>(
-    recorded: Recorded,
-    value: impl FnOnce(&str) -> Result<V, ParticipantError>,
-) -> Result<ActionReply<V>, Failure<E>> {
-    match recorded {
-        Recorded::Applied { detail } => Ok(ActionReply::Applied {
-            value: value(&detail).map_err(Failure::Refused)?,
-            replayed: true,
-        }),
-        Recorded::Refused { detail } => Ok(ActionReply::Refused {
-            refusal: Refusal::decode(&detail),
-            replayed: true,
-        }),
-    }
-}
-
-/// Records the outcome (an applied one with `detail`) and turns it into the
-/// reply.
-async fn finish<T: StockTx, V>(
-    tx: &mut T,
-    op: &Operation<'_>,
-    outcome: Result<V, Refusal>,
-    detail: impl FnOnce(&V) -> String,
-) -> Result<ActionReply<V>, Failure<T::Error>> {
-    let recorded = match &outcome {
-        Ok(value) => Recorded::Applied {
-            detail: detail(value),
-        },
-        Err(refusal) => Recorded::Refused {
-            detail: refusal.encode(),
-        },
-    };
-    finish_action(tx, op, &recorded).await?;
-    Ok(match outcome {
-        Ok(value) => ActionReply::Applied {
-            value,
-            replayed: false,
-        },
-        Err(refusal) => ActionReply::Refused {
-            refusal,
-            replayed: false,
-        },
-    })
-}
-
 /// Takes every line, or nothing: refused when a product is unknown or short.
 pub async fn deduct<T: StockTx>(
     tx: &mut T,
@@ -303,6 +256,24 @@ pub async fn deduct<T: StockTx>(
         }
     };
     finish(tx, &op, outcome, |_| String::new()).await
+}
+
+/// Refuses the deduction for an outside reason, through the barrier (see
+/// [`operation_history::refuse`]): a deduction already applied stays applied.
+pub async fn refuse_deduct<T: StockTx>(
+    tx: &mut T,
+    d: &Deduction,
+    refusal: &Refusal,
+) -> Result<ActionReply<()>, Failure<T::Error>> {
+    let amount = total_units(d).map_err(Failure::Refused)?;
+    let fingerprint = d.fingerprint();
+    refuse(
+        tx,
+        &deduct_operation(d, amount, &fingerprint),
+        refusal,
+        |_| Ok(()),
+    )
+    .await
 }
 
 /// Compensates the deduction with the same request id and lines: puts back

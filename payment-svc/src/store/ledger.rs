@@ -9,8 +9,8 @@
 use super::{CHARGE, DEPOSIT, REFUND, Transfer};
 use operation_history::{
     ActionGate, ActionReply, CompensationGate, CompensationResult, Failure, Fingerprint, HistoryTx,
-    Operation, ParticipantError, Recorded, Refusal, RefusalReason, begin_action,
-    begin_compensation, finish_action, finish_compensation,
+    Operation, ParticipantError, Refusal, RefusalReason, begin_action, begin_compensation, finish,
+    finish_compensation, refuse, replay,
 };
 use std::future::Future;
 
@@ -45,51 +45,10 @@ fn operation<'a>(
     }
 }
 
-/// Replays a recorded action outcome whose detail is the balance.
-fn replay<E>(recorded: Recorded) -> Result<ActionReply<i64>, Failure<E>> {
-    match recorded {
-        Recorded::Applied { detail } => {
-            let value = detail.parse().map_err(|_| {
-                Failure::Refused(ParticipantError::Corrupt(format!(
-                    "recorded balance {detail:?} is not a number"
-                )))
-            })?;
-            Ok(ActionReply::Applied {
-                value,
-                replayed: true,
-            })
-        }
-        Recorded::Refused { detail } => Ok(ActionReply::Refused {
-            refusal: Refusal::decode(&detail),
-            replayed: true,
-        }),
-    }
-}
-
-/// Records the outcome and turns it into the reply.
-async fn finish<T: LedgerTx>(
-    tx: &mut T,
-    op: &Operation<'_>,
-    outcome: Result<i64, Refusal>,
-) -> Result<ActionReply<i64>, Failure<T::Error>> {
-    let recorded = match &outcome {
-        Ok(balance) => Recorded::Applied {
-            detail: balance.to_string(),
-        },
-        Err(refusal) => Recorded::Refused {
-            detail: refusal.encode(),
-        },
-    };
-    finish_action(tx, op, &recorded).await?;
-    Ok(match outcome {
-        Ok(value) => ActionReply::Applied {
-            value,
-            replayed: false,
-        },
-        Err(refusal) => ActionReply::Refused {
-            refusal,
-            replayed: false,
-        },
+/// Reads back the balance recorded with an applied charge or deposit.
+fn balance(detail: &str) -> Result<i64, ParticipantError> {
+    detail.parse().map_err(|_| {
+        ParticipantError::Corrupt(format!("recorded balance {detail:?} is not a number"))
     })
 }
 
@@ -101,7 +60,7 @@ pub async fn charge<T: LedgerTx>(
     let fingerprint = t.fingerprint();
     let op = operation(t, CHARGE, &fingerprint);
     if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
-        return replay(recorded);
+        return replay(recorded, balance);
     }
     let outcome = match tx.balance(&t.customer_id).await.map_err(Failure::Store)? {
         None => Err(Refusal::new(
@@ -123,7 +82,18 @@ pub async fn charge<T: LedgerTx>(
             Ok(left)
         }
     };
-    finish(tx, &op, outcome).await
+    finish(tx, &op, outcome, i64::to_string).await
+}
+
+/// Refuses the charge for an outside reason, through the barrier (see
+/// [`operation_history::refuse`]): a charge already applied stays applied.
+pub async fn refuse_charge<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+    refusal: &Refusal,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    refuse(tx, &operation(t, CHARGE, &fingerprint), refusal, balance).await
 }
 
 /// Compensates the charge with the same request id and parameters.
@@ -162,7 +132,7 @@ pub async fn deposit<T: LedgerTx>(
     let fingerprint = t.fingerprint();
     let op = operation(t, DEPOSIT, &fingerprint);
     if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
-        return replay(recorded);
+        return replay(recorded, balance);
     }
     let have = tx
         .balance(&t.customer_id)
@@ -184,5 +154,5 @@ pub async fn deposit<T: LedgerTx>(
             ),
         )),
     };
-    finish(tx, &op, outcome).await
+    finish(tx, &op, outcome, i64::to_string).await
 }

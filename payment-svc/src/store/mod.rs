@@ -55,6 +55,15 @@ pub trait PaymentStore: Send + Sync + 'static {
     /// unknown or short. Returns the balance after the charge.
     async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError>;
 
+    /// Refuses the charge for a reason decided outside the ledger (an
+    /// injected fault): recorded like any refusal if the request id is new,
+    /// else the recorded outcome is replayed — never applied, never undone.
+    async fn refuse_charge(
+        &self,
+        charge: Transfer,
+        refusal: operation_history::Refusal,
+    ) -> Result<ActionReply<i64>, ParticipantError>;
+
     /// Compensates the charge with the same request id and parameters.
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError>;
 

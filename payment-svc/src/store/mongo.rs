@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use mongodb::Database;
 use mongodb::error::Error;
 use operation_history::mongo::{self as history, MongoHistory};
-use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError};
+use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError, Refusal};
 use service_kit::mongo::int64;
 
 const ACCOUNTS: &str = "accounts";
@@ -114,6 +114,18 @@ impl PaymentStore for MongoPaymentStore {
     async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
         self.transact(charge, |tx, t| ledger::charge(tx, t).boxed())
             .await
+    }
+
+    async fn refuse_charge(
+        &self,
+        charge: Transfer,
+        refusal: Refusal,
+    ) -> Result<ActionReply<i64>, ParticipantError> {
+        self.transact(charge, move |tx, t| {
+            let refusal = refusal.clone();
+            async move { ledger::refuse_charge(tx, t, &refusal).await }.boxed()
+        })
+        .await
     }
 
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError> {

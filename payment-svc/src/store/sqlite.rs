@@ -6,7 +6,7 @@ use super::ledger::{self, LedgerTx};
 use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
 use operation_history::sqlite::{self as history, SqliteHistory};
-use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError};
+use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError, Refusal};
 use rusqlite::{OptionalExtension, params};
 use service_kit::embedded::{DbError, Durability, EmbeddedDb};
 use std::path::Path;
@@ -64,6 +64,22 @@ impl PaymentStore for SqlitePaymentStore {
                 collapse(SqliteHistory::run(ledger::charge(
                     &mut SqliteHistory::new(conn),
                     &charge,
+                )))
+            })
+            .await
+    }
+
+    async fn refuse_charge(
+        &self,
+        charge: Transfer,
+        refusal: Refusal,
+    ) -> Result<ActionReply<i64>, ParticipantError> {
+        self.db
+            .write(move |conn| {
+                collapse(SqliteHistory::run(ledger::refuse_charge(
+                    &mut SqliteHistory::new(conn),
+                    &charge,
+                    &refusal,
                 )))
             })
             .await

@@ -24,6 +24,7 @@ macro_rules! inventory_store_conformance {
                 parameter_mismatch_is_refused_and_changes_nothing,
                 add_stock_creates_replays_and_refuses_overflow,
                 product_listing_shows_each_line_with_its_index,
+                an_outside_refusal_never_overrides_an_applied_deduct,
             ]
         );
     };
@@ -533,4 +534,48 @@ pub async fn product_listing_shows_each_line_with_its_index(store: Store) {
         .expect("exists");
     assert_eq!(limited.recent_operations.len(), 2);
     assert_eq!(limited.available, 10);
+}
+
+pub async fn an_outside_refusal_never_overrides_an_applied_deduct(store: Store) {
+    use operation_history::{Refusal, RefusalReason};
+    stock(&store, "sku-x", 10).await;
+    let outside = || Refusal::new(RefusalReason::Insufficient, "injected business refusal");
+    store
+        .deduct(deduction("y1", &[("sku-x", 2)]))
+        .await
+        .expect("deduct");
+    let replayed = store
+        .refuse_deduct(deduction("y1", &[("sku-x", 2)]), outside())
+        .await
+        .expect("refuse");
+    assert_eq!(
+        replayed,
+        ActionReply::Applied {
+            value: (),
+            replayed: true
+        }
+    );
+    let refused = store
+        .refuse_deduct(deduction("y2", &[("sku-x", 3)]), outside())
+        .await
+        .expect("refuse");
+    assert!(
+        matches!(
+            refused,
+            ActionReply::Refused {
+                replayed: false,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let after = store
+        .deduct(deduction("y2", &[("sku-x", 3)]))
+        .await
+        .expect("deduct");
+    assert!(
+        matches!(after, ActionReply::Refused { replayed: true, .. }),
+        "{after:?}"
+    );
+    assert_eq!(available(&store, "sku-x").await, Some(8));
 }

@@ -22,6 +22,7 @@ macro_rules! payment_store_conformance {
                 refusals_are_recorded_and_replayed,
                 deposits_create_accounts_and_refuse_overflow,
                 account_lists_recent_operations_newest_first,
+                an_outside_refusal_never_overrides_an_applied_charge,
             ]
         );
     };
@@ -279,4 +280,57 @@ pub async fn account_lists_recent_operations_newest_first(store: Store) {
         .expect("account")
         .expect("exists");
     assert_eq!(limited.recent_operations.len(), 1);
+}
+
+pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) {
+    use operation_history::Refusal;
+    fund(&store, "erin", 1_000).await;
+    let outside = || Refusal::new(RefusalReason::Insufficient, "injected business refusal");
+    // Applied first (its reply lost, say): a later refusal replays "applied".
+    store.charge(t("x1", "erin", 100)).await.expect("charge");
+    let replayed = store
+        .refuse_charge(t("x1", "erin", 100), outside())
+        .await
+        .expect("refuse");
+    assert_eq!(
+        replayed,
+        ActionReply::Applied {
+            value: 900,
+            replayed: true
+        }
+    );
+    // Refused first: recorded, so the charge itself now replays the refusal.
+    let refused = store
+        .refuse_charge(t("x2", "erin", 100), outside())
+        .await
+        .expect("refuse");
+    assert!(
+        matches!(
+            refused,
+            ActionReply::Refused {
+                replayed: false,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let after = store.charge(t("x2", "erin", 100)).await.expect("charge");
+    let ActionReply::Refused {
+        refusal,
+        replayed: true,
+    } = after
+    else {
+        panic!("{after:?}")
+    };
+    assert_eq!(refusal.message, "injected business refusal");
+    assert_eq!(balance(&store, "erin").await, Some(900));
+    // A parameter mismatch is still refused loudly.
+    let err = store
+        .refuse_charge(t("x1", "erin", 5), outside())
+        .await
+        .expect_err("mismatch");
+    assert!(
+        matches!(err, ParticipantError::ParameterMismatch(_)),
+        "{err:?}"
+    );
 }
