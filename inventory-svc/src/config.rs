@@ -4,6 +4,7 @@
 use service_kit::auth::AdminConfig;
 use service_kit::embedded::Durability;
 use service_kit::faults::FaultConfig;
+use service_kit::metrics::{MetricsConfig, MetricsDefaults};
 use service_kit::server::{LimitsConfig, OptionsError, ServeOptions};
 use service_kit::telemetry::LogFormat;
 use service_kit::tls::TlsConfig;
@@ -13,6 +14,20 @@ use std::path::PathBuf;
 
 /// Database name used when none is configured (also by the dev stack).
 pub const DEFAULT_MONGODB_DATABASE: &str = "saga_inventory";
+
+/// Default address of the Prometheus endpoint (`--metrics-listen`).
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9463";
+
+/// inventory-svc's metrics flags: `--metrics-listen` (env
+/// `INVENTORY_METRICS_LISTEN`, default [`DEFAULT_METRICS_LISTEN`]) and
+/// `--no-metrics`.
+#[derive(Debug, Clone, Copy)]
+pub struct InventoryMetrics;
+
+impl MetricsDefaults for InventoryMetrics {
+    const LISTEN_ENV: &'static str = "INVENTORY_METRICS_LISTEN";
+    const LISTEN: &'static str = DEFAULT_METRICS_LISTEN;
+}
 
 /// `Debug` redacts the MongoDB password and the admin token.
 #[derive(Clone, clap::Parser)]
@@ -52,6 +67,9 @@ pub struct Config {
     /// Request limits (`--max-request-bytes`).
     #[command(flatten)]
     pub limits: LimitsConfig,
+    /// Prometheus metrics over HTTP (`--metrics-listen`, `--no-metrics`).
+    #[command(flatten)]
+    pub metrics: MetricsConfig<InventoryMetrics>,
 }
 
 impl fmt::Debug for Config {
@@ -70,6 +88,7 @@ impl fmt::Debug for Config {
             .field("admin", &self.admin)
             .field("tls", &self.tls)
             .field("limits", &self.limits)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -102,6 +121,28 @@ mod tests {
             options.max_request_bytes,
             service_kit::server::DEFAULT_MAX_REQUEST_BYTES
         );
+    }
+
+    #[test]
+    fn metrics_are_served_on_9463_unless_turned_off() {
+        let config = Config::try_parse_from(["svc"]).unwrap();
+        assert_eq!(
+            config.metrics.metrics_listen,
+            DEFAULT_METRICS_LISTEN.parse().unwrap()
+        );
+        assert!(!config.metrics.no_metrics);
+        let config = Config::try_parse_from([
+            "svc",
+            "--metrics-listen",
+            "0.0.0.0:19000",
+            "--no-metrics",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.metrics.metrics_listen,
+            "0.0.0.0:19000".parse().unwrap()
+        );
+        assert!(config.metrics.no_metrics);
     }
 
     #[test]

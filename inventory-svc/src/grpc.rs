@@ -9,16 +9,25 @@
 //! AddStock is an admin RPC: when an admin token is configured
 //! (`service_kit::auth`) it requires `authorization: Bearer <token>` and
 //! answers UNAUTHENTICATED otherwise, before its input is even validated.
+//!
+//! Every mutating call is counted once its outcome is committed, before a
+//! lost reply is injected (`participant_operations_total{kind, result}`, see
+//! `operation_history::metrics`), and runs in a span carrying its
+//! `request_id` and the caller's W3C `trace_id` (from `traceparent`; empty
+//! when absent), so its log lines join the orchestrator's saga. Every call
+//! is timed (`participant_call_duration_seconds{rpc}`).
 
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
+use operation_history::metrics as history_metrics;
 use operation_history::{ActionReply, CompensationResult};
 use operation_history::{Refusal, RefusalReason};
 use saga_proto::inventory::v1 as pb;
 use service_kit::auth::AdminAuth;
 use service_kit::faults::{CallKind, Faults, REFUSAL_MESSAGE};
-use service_kit::validate;
+use service_kit::metrics::CallTimer;
+use service_kit::{trace, validate};
 use std::sync::Arc;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
 
 /// Default and maximum number of operations returned by GetProduct.
@@ -87,6 +96,21 @@ fn deduction(request_id: String, lines: Vec<pb::Line>) -> Result<Deduction, Stat
     Ok(deduction)
 }
 
+/// Logs, in the call's span, a mutating call that ended in an error status
+/// (a business refusal, a hanging or mismatched call, an injected fault),
+/// so every call of a saga leaves a line carrying its trace id.
+fn logged<T>(span: &tracing::Span, result: Result<T, Status>) -> Result<T, Status> {
+    if let Err(status) = &result {
+        span.in_scope(|| match status.code() {
+            Code::Internal | Code::Unknown | Code::DataLoss => {
+                tracing::warn!(code = ?status.code(), error = status.message(), "call failed")
+            }
+            code => tracing::info!(?code, error = status.message(), "not applied"),
+        });
+    }
+    result
+}
+
 /// Business refusals become their status code; applied results the value.
 fn applied<T>(reply: ActionReply<T>) -> Result<(T, bool), Status> {
     match reply {
@@ -132,12 +156,18 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::DeductRequest>,
     ) -> Result<Response<pb::DeductResponse>, Status> {
+        let _timer = CallTimer::start("deduct");
+        let trace_id = trace::trace_id(request.metadata()).unwrap_or_default();
         let r = request.into_inner();
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
-        let span =
-            tracing::info_span!("deduct", request_id = %request_id, lines = deduction.lines.len());
-        async move {
+        let span = tracing::info_span!(
+            "deduct",
+            request_id = %request_id,
+            lines = deduction.lines.len(),
+            trace_id = %trace_id,
+        );
+        let result = async move {
             let admitted = self.faults.before(CallKind::Action, &request_id).await?;
             let reply = if admitted.refuse() {
                 let refusal = Refusal::new(RefusalReason::Insufficient, REFUSAL_MESSAGE);
@@ -145,6 +175,9 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             } else {
                 self.store.deduct(deduction).await
             };
+            // Counted once committed, before a lost reply is injected (the
+            // deduct was applied all the same).
+            history_metrics::action("deduct", &reply);
             let reply = reply.map_err(Status::from).and_then(applied);
             let ((), replayed) = self.faults.after(admitted, &request_id, reply)?;
             tracing::debug!(replayed, "deducted");
@@ -153,26 +186,36 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
                 replayed,
             }))
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        logged(&span, result)
     }
 
     async fn restock(
         &self,
         request: Request<pb::RestockRequest>,
     ) -> Result<Response<pb::RestockResponse>, Status> {
+        let _timer = CallTimer::start("restock");
+        let trace_id = trace::trace_id(request.metadata()).unwrap_or_default();
         let r = request.into_inner();
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
-        let span =
-            tracing::info_span!("restock", request_id = %request_id, lines = deduction.lines.len());
-        async move {
+        let span = tracing::info_span!(
+            "restock",
+            request_id = %request_id,
+            lines = deduction.lines.len(),
+            trace_id = %trace_id,
+        );
+        let result = async move {
             let admitted = self
                 .faults
                 .before(CallKind::Compensation, &request_id)
                 .await?;
-            let reply = self.store.restock(deduction).await.map_err(Status::from);
-            let result = self.faults.after(admitted, &request_id, reply)?;
+            let reply = self.store.restock(deduction).await;
+            history_metrics::compensation("restock", &reply);
+            let result = self
+                .faults
+                .after(admitted, &request_id, reply.map_err(Status::from))?;
             tracing::info!(effect = ?result.effect, replayed = result.replayed, "restock");
             Ok(Response::new(pb::RestockResponse {
                 request_id,
@@ -180,14 +223,16 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
                 replayed: result.replayed,
             }))
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        logged(&span, result)
     }
 
     async fn get_product(
         &self,
         request: Request<pb::GetProductRequest>,
     ) -> Result<Response<pb::Product>, Status> {
+        let _timer = CallTimer::start("get_product");
         let r = request.into_inner();
         validate::id("product_id", &r.product_id)?;
         let limit = validate::limit(
@@ -218,9 +263,11 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::AddStockRequest>,
     ) -> Result<Response<pb::AddStockResponse>, Status> {
+        let _timer = CallTimer::start("add_stock");
         // Admin only: checked before anything else, so a refused call
         // changes nothing.
         self.admin.check(request.metadata())?;
+        let trace_id = trace::trace_id(request.metadata()).unwrap_or_default();
         let r = request.into_inner();
         validate::id("request_id", &r.request_id)?;
         validate::id("product_id", &r.product_id)?;
@@ -231,17 +278,20 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             quantity: r.quantity,
         };
         let request_id = addition.request_id.clone();
-        let span = tracing::info_span!("add_stock", request_id = %request_id, product_id = %addition.product_id);
-        async move {
+        let span = tracing::info_span!(
+            "add_stock",
+            request_id = %request_id,
+            product_id = %addition.product_id,
+            quantity = addition.quantity,
+            trace_id = %trace_id,
+        );
+        let result = async move {
             // Admin seeding: never faulted (draws nothing); asked anyway so
             // the policy lives in one place.
             let admitted = self.faults.before(CallKind::Admin, &request_id).await?;
-            let reply = self
-                .store
-                .add_stock(addition)
-                .await
-                .map_err(Status::from)
-                .and_then(applied);
+            let reply = self.store.add_stock(addition).await;
+            history_metrics::action("add_stock", &reply);
+            let reply = reply.map_err(Status::from).and_then(applied);
             let (available, replayed) = self.faults.after(admitted, &request_id, reply)?;
             tracing::debug!(available, replayed, "stock added");
             Ok(Response::new(pb::AddStockResponse {
@@ -250,8 +300,9 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
                 replayed,
             }))
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        logged(&span, result)
     }
 }
 

@@ -130,12 +130,17 @@ struct Args {
     /// stock): charge then refund, CANCELLED (default 0; smoke 0.05).
     #[arg(long)]
     compensate_ratio: Option<f64>,
-    /// Seeded customers with huge balances (spread the write load).
-    #[arg(long, default_value_t = 256)]
-    customers: usize,
-    /// Seeded products with huge stock.
-    #[arg(long, default_value_t = 256)]
-    products: usize,
+    /// Seeded customers with huge balances, to spread the write load
+    /// (default 256; 32 with --backend mongo).
+    #[arg(long)]
+    customers: Option<usize>,
+    /// Seeded products with huge stock (default 256; 32 with --backend mongo).
+    #[arg(long)]
+    products: Option<usize>,
+    /// Concurrent seeding calls (default 32; 4 with --backend mongo, whose
+    /// emulator serialises transactions).
+    #[arg(long)]
+    seed_concurrency: Option<usize>,
     /// Skip the raw floor (Charge + Deduct without the orchestrator).
     #[arg(long)]
     no_floor: bool,
@@ -202,6 +207,7 @@ struct Plan {
     mix: Mix,
     customers: usize,
     products: usize,
+    seed_concurrency: usize,
     floor: bool,
     timeout: Duration,
     call_timeout: Duration,
@@ -271,9 +277,13 @@ fn plan(args: Args) -> Result<Plan, String> {
         return Err("--cancel-ratio + --compensate-ratio must not exceed 1".into());
     }
     let items = usize::from(args.items);
-    if args.customers == 0 || args.products < items {
+    let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
+    let customers = args.customers.unwrap_or(if mongo { 32 } else { 256 });
+    let products = args.products.unwrap_or(if mongo { 32 } else { 256 });
+    let seed_concurrency = args.seed_concurrency.unwrap_or(if mongo { 4 } else { 32 });
+    if customers == 0 || products < items || customers > 1_000_000 || products > 1_000_000 {
         return Err(format!(
-            "need --customers >= 1 and --products >= --items ({items})"
+            "need 1 <= --customers <= 1000000 and --items ({items}) <= --products <= 1000000"
         ));
     }
     let timeout = args.timeout.unwrap_or(def_timeout);
@@ -324,8 +334,9 @@ fn plan(args: Args) -> Result<Plan, String> {
         warmup,
         items,
         mix,
-        customers: args.customers,
-        products: args.products,
+        customers,
+        products,
+        seed_concurrency,
         floor: !args.no_floor,
         timeout: Duration::from_secs_f64(timeout),
         call_timeout: Duration::from_millis(args.call_timeout_ms.max(1)),
@@ -358,6 +369,8 @@ struct Outcome {
     audit_skipped: Option<String>,
     procs: Vec<ProcReport>,
     fatal: Option<String>,
+    /// What was going on (for a timeout message).
+    stage: &'static str,
 }
 
 fn ms(us: u64) -> f64 {
@@ -374,6 +387,7 @@ async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
                 if config.mongo { "mongo" } else { "embedded" },
                 config.durability
             );
+            out.stage = "start-up";
             let s = Stack::start(config, Duration::from_secs(60)).await?;
             out.store = format!(
                 "spawned; {}; durability {}",
@@ -472,7 +486,12 @@ async fn measure(
         items: plan.items,
     });
     let t0 = Instant::now();
-    workload::seed(&clients, &cat).await?;
+    out.stage = "seeding";
+    eprintln!(
+        "loadgen: seeding {} customers and {} products",
+        plan.customers, plan.products
+    );
+    workload::seed(&clients, &cat, plan.seed_concurrency).await?;
     out.seed_secs = Some(t0.elapsed().as_secs_f64());
 
     let phase = |kind, tag, stop| Phase {
@@ -489,6 +508,7 @@ async fn measure(
         Amount::Seconds(t) => Stop::Until(Instant::now() + Duration::from_secs_f64(t)),
     };
 
+    out.stage = "saga phase";
     eprintln!("loadgen: saga phase");
     if plan.warmup > 0.0 {
         out.warmup =
@@ -502,9 +522,11 @@ async fn measure(
     }
     let saga_ok = saga.ok;
     out.saga = Some(saga);
+    out.stage = "the store check";
     out.unfinished = Some(workload::unfinished_sagas(&clients, &plan.run).await?);
 
     if plan.floor && saga_ok > 0 {
+        out.stage = "floor phase";
         eprintln!("loadgen: floor phase (Charge + Deduct straight to the participants)");
         if plan.warmup > 0.0 {
             out.floor_warmup =
@@ -541,6 +563,7 @@ async fn measure(
                 .filter_map(|t| t.as_ref())
                 .map(|t| t.ok)
                 .sum::<u64>();
+        out.stage = "the audit";
         out.audit = Some(workload::audit(&clients, &cat, applied).await?);
     } else {
         out.audit_skipped = Some(format!("{unknown} calls ended with an unknown outcome"));
@@ -609,7 +632,7 @@ fn row(name: &str, t: &Tally) -> String {
         }
     };
     format!(
-        "{name:<26} {:>8} {:>8.2} {:>10.1} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>7}",
+        "{name:<26} {:>8} {:>8.2} {:>10.1} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8}",
         t.ok,
         t.wall.as_secs_f64(),
         t.rate(),
@@ -694,7 +717,7 @@ fn report(plan: &Plan, out: &Outcome, why: &[String]) {
         );
     }
     println!(
-        "{:<26} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "{:<26} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "phase",
         "ok",
         "wall s",
@@ -704,7 +727,7 @@ fn report(plan: &Plan, out: &Outcome, why: &[String]) {
         "p90 ms",
         "p99 ms",
         "max ms",
-        "errors"
+        "problems"
     );
     if let Some(t) = &out.warmup {
         println!("{}", row("saga warmup (not counted)", t));
@@ -914,11 +937,20 @@ fn main() -> ExitCode {
         tokio::select! {
             r = tokio::time::timeout(plan.timeout, drive(&plan, &mut out)) => match r {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some(format!("global timeout of {:.0} s reached", plan.timeout.as_secs_f64())),
+                Ok(Err(e)) => Some(Some(e)),
+                Err(_) => Some(None),
             },
-            why = interrupted() => Some(why.to_owned()),
+            why = interrupted() => Some(Some(why.to_owned())),
         }
+    });
+    let fatal = fatal.map(|f| {
+        f.unwrap_or_else(|| {
+            format!(
+                "global timeout of {:.0} s reached during {}",
+                plan.timeout.as_secs_f64(),
+                out.stage
+            )
+        })
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
     if let Some(e) = &fatal {

@@ -33,7 +33,7 @@ pub const SHORT_STOCK: i64 = 1;
 const POOR_CUSTOMERS: usize = 8;
 /// Error messages kept per phase.
 const SAMPLES: usize = 5;
-/// Concurrent seeding / audit calls.
+/// Concurrent audit reads.
 const ADMIN_CONCURRENCY: usize = 32;
 
 /// Latency histogram: 1 µs to 10 minutes, 3 significant digits.
@@ -214,7 +214,7 @@ fn with_admin<T>(
 }
 
 /// Deposits and stock for the whole run.
-pub async fn seed(clients: &Clients, cat: &Catalog) -> Result<(), String> {
+pub async fn seed(clients: &Clients, cat: &Catalog, concurrency: usize) -> Result<(), String> {
     enum Job {
         Deposit(String, i64),
         Stock(String, i64),
@@ -259,7 +259,7 @@ pub async fn seed(clients: &Clients, cat: &Catalog) -> Result<(), String> {
                 }
             }
         })
-        .buffer_unordered(ADMIN_CONCURRENCY)
+        .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
     results.into_iter().collect()

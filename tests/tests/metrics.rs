@@ -1,0 +1,420 @@
+//! Prometheus metrics scraped over HTTP and checked.
+//!
+//! This test binary installs the process-wide Prometheus recorder
+//! (`service_kit::metrics::serve_metrics`) on a free port; the three
+//! in-process services of a [`Stack`] record into it. A known mix of sagas
+//! and direct participant calls is run, `GET /metrics` is fetched with a
+//! minimal HTTP/1.1 client, the text exposition format is parsed, and the
+//! counters are checked for their exact values.
+//!
+//! The recorder is global to the process, so every metric assertion lives in
+//! the one test of this file.
+
+use saga_proto::payment::v1 as payment;
+use saga_proto::saga::v1 as saga;
+use saga_tests::Stack;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::Code;
+
+// ------------------------------------------------------ exposition format
+
+/// One sample line: `name{label="value",…} value`.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the Prometheus text exposition format (version 0.0.4): comment
+/// and blank lines are skipped; label values may hold `\\`, `\"` and `\n`
+/// escapes; an optional timestamp after the value is ignored.
+fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let mut samples = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let sample = parse_sample(line).map_err(|e| format!("line {}: {e}: {line}", number + 1))?;
+        samples.push(sample);
+    }
+    Ok(samples)
+}
+
+fn parse_sample(line: &str) -> Result<Sample, String> {
+    let name_end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .ok_or("no value")?;
+    let name = &line[..name_end];
+    let valid_name = name.chars().enumerate().all(|(i, c)| {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+    });
+    if name.is_empty() || !valid_name {
+        return Err(format!("bad metric name {name:?}"));
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = BTreeMap::new();
+    if let Some(after_brace) = rest.strip_prefix('{') {
+        let mut chars = after_brace.char_indices().peekable();
+        loop {
+            // Skip separators before the next label (or the closing brace).
+            while let Some(&(_, c)) = chars.peek() {
+                if c == ',' || c.is_whitespace() {
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            let &(start, c) = chars.peek().ok_or("unterminated labels")?;
+            if c == '}' {
+                chars.next();
+                rest = &after_brace[start + 1..];
+                break;
+            }
+            let mut key = String::new();
+            for (_, c) in chars.by_ref() {
+                if c == '=' {
+                    break;
+                }
+                key.push(c);
+            }
+            let key = key.trim().to_owned();
+            if key.is_empty() {
+                return Err("empty label name".into());
+            }
+            if chars.next().map(|(_, c)| c) != Some('"') {
+                return Err(format!("label {key}: value not quoted"));
+            }
+            let mut value = String::new();
+            loop {
+                match chars.next().ok_or("unterminated label value")? {
+                    (_, '"') => break,
+                    (_, '\\') => match chars.next().ok_or("dangling escape")?.1 {
+                        'n' => value.push('\n'),
+                        other => value.push(other),
+                    },
+                    (_, c) => value.push(c),
+                }
+            }
+            labels.insert(key, value);
+        }
+    }
+    let value = rest.split_whitespace().next().ok_or("no value")?;
+    let value = match value {
+        "+Inf" | "Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        "NaN" => f64::NAN,
+        v => v.parse().map_err(|e| format!("bad value {v:?}: {e}"))?,
+    };
+    Ok(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+    })
+}
+
+/// A parsed scrape.
+struct Scrape {
+    samples: Vec<Sample>,
+    text: String,
+}
+
+impl Scrape {
+    /// Samples named `name` whose labels include every pair of `labels`.
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+
+    /// Sum over the matching samples; 0 when none (an untouched counter is
+    /// not exported).
+    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).map(|s| s.value).sum()
+    }
+
+    /// The value of the one sample named `name` with exactly `labels`.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found: Vec<&Sample> = self
+            .matching(name, labels)
+            .filter(|s| s.labels.len() == labels.len())
+            .collect();
+        assert!(found.len() <= 1, "{name}{labels:?} is ambiguous: {found:?}");
+        found.first().map(|s| s.value)
+    }
+
+    /// Like [`Scrape::value`], panicking (with the scrape) when absent.
+    fn expect(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.value(name, labels)
+            .unwrap_or_else(|| panic!("{name}{labels:?} not exported; scrape:\n{}", self.text))
+    }
+}
+
+// ------------------------------------------------------------------ HTTP
+
+/// `GET http://<addr><path>` over a fresh connection: the status code and
+/// the body (de-chunked when the reply is chunked).
+async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect to exporter");
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("send request");
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .expect("exporter answers within 10 s")
+        .expect("read reply");
+    let raw = String::from_utf8(raw).expect("UTF-8 reply");
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {raw:?}"));
+    let mut head_lines = head.split("\r\n");
+    let status_line = head_lines.next().unwrap_or_default();
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let chunked = head_lines.any(|h| {
+        let (name, value) = h.split_once(':').unwrap_or((h, ""));
+        name.trim().eq_ignore_ascii_case("transfer-encoding")
+            && value.to_ascii_lowercase().contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size_line, rest) = body.split_once("\r\n").expect("chunk size line");
+        let size_hex = size_line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_hex, 16).expect("hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].strip_prefix("\r\n").expect("CRLF after chunk");
+    }
+}
+
+async fn scrape(addr: SocketAddr) -> Scrape {
+    let (status, text) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200, "GET /metrics: {text}");
+    let samples = parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    Scrape { samples, text }
+}
+
+/// Scrapes until `done` holds (metrics recorded after a reply was sent,
+/// e.g. when the saga's task ends, may lag the reply a little).
+async fn scrape_until(addr: SocketAddr, done: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let scrape = scrape(addr).await;
+        if done(&scrape) || tokio::time::Instant::now() >= deadline {
+            return scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr")
+}
+
+async fn charge(
+    stack: &Stack,
+    request_id: &str,
+    customer: &str,
+    cents: i64,
+) -> Result<payment::ChargeResponse, tonic::Status> {
+    stack
+        .payments()
+        .await
+        .charge(payment::ChargeRequest {
+            request_id: request_id.into(),
+            customer_id: customer.into(),
+            amount_cents: cents,
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+// ------------------------------------------------------------------ test
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_are_served_over_http_and_count_what_happened() {
+    let addr = free_port();
+    service_kit::metrics::serve_metrics(addr).expect("install the Prometheus recorder");
+
+    let stack = Stack::start().await;
+    stack.deposit("alice", 100_000).await;
+    stack.deposit("bob", 100).await;
+    stack.add_stock("sku-apple", 10).await;
+
+    // 1. Completed: charge and deduct applied.
+    let completed = stack
+        .order("m-completed", "alice", &[("sku-apple", 2, 150)])
+        .await
+        .expect("order");
+    assert_eq!(completed.status(), saga::SagaStatus::Completed);
+    // 2. Cancelled at once: bob's charge is refused, nothing to undo.
+    let refused = stack
+        .order("m-no-funds", "bob", &[("sku-apple", 1, 5_000)])
+        .await
+        .expect("order");
+    assert_eq!(refused.status(), saga::SagaStatus::Cancelled);
+    // 3. Cancelled after a compensation: the deduct is short, the charge is
+    //    refunded.
+    let short = stack
+        .order("m-short", "alice", &[("sku-apple", 100, 10)])
+        .await
+        .expect("order");
+    assert_eq!(short.status(), saga::SagaStatus::Cancelled);
+    assert_eq!(stack.balance("alice").await, 100_000 - 300, "refunded");
+
+    // 4. A duplicated charge straight to payment: applied once, replayed.
+    let first = charge(&stack, "m-dup", "alice", 10).await.expect("charge");
+    let again = charge(&stack, "m-dup", "alice", 10).await.expect("charge");
+    assert!(!first.replayed && again.replayed);
+
+    // 5. A refund before its charge (null compensation), then the hanging
+    //    charge, which is refused.
+    let null = stack
+        .payments()
+        .await
+        .refund(payment::RefundRequest {
+            request_id: "m-null".into(),
+            customer_id: "alice".into(),
+            amount_cents: 20,
+        })
+        .await
+        .expect("refund")
+        .into_inner();
+    assert_eq!(null.effect(), payment::CompensationEffect::NullCompensation);
+    let hanging = charge(&stack, "m-null", "alice", 20)
+        .await
+        .expect_err("hanging charge");
+    assert_eq!(hanging.code(), Code::FailedPrecondition);
+
+    let m = scrape_until(addr, |s| {
+        s.sum("sagas_finished_total", &[]) >= 3.0 && s.value("saga_in_flight", &[]) == Some(0.0)
+    })
+    .await;
+
+    // Orchestrator.
+    assert_eq!(m.expect("sagas_started_total", &[]), 3.0);
+    assert_eq!(
+        m.expect("sagas_finished_total", &[("status", "completed")]),
+        1.0
+    );
+    assert_eq!(
+        m.expect("sagas_finished_total", &[("status", "cancelled")]),
+        2.0
+    );
+    assert_eq!(
+        m.sum("sagas_finished_total", &[]),
+        3.0,
+        "nothing else finished"
+    );
+    assert!(m.expect("saga_compensations_total", &[]) >= 1.0);
+    assert_eq!(m.sum("saga_failed_total", &[]), 0.0);
+    assert_eq!(m.expect("saga_in_flight", &[]), 0.0);
+    // Participants.
+    let op = |kind: &str, result: &str| {
+        m.value(
+            "participant_operations_total",
+            &[("kind", kind), ("result", result)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(op("charge", "applied"), 3.0, "m-completed, m-short, m-dup");
+    assert_eq!(op("charge", "refused"), 1.0, "m-no-funds");
+    assert_eq!(op("charge", "deduplicated"), 1.0, "m-dup again");
+    assert_eq!(op("charge", "hanging_refused"), 1.0, "m-null charge");
+    assert_eq!(op("refund", "compensated"), 1.0, "m-short");
+    assert_eq!(op("refund", "null_compensation"), 1.0, "m-null refund");
+    assert_eq!(op("deduct", "applied"), 1.0, "m-completed");
+    assert_eq!(op("deduct", "refused"), 1.0, "m-short");
+    assert_eq!(op("restock", "compensated"), 0.0);
+    assert_eq!(op("deposit", "applied"), 2.0);
+    assert_eq!(op("add_stock", "applied"), 1.0);
+    assert_eq!(
+        m.sum("participant_operations_total", &[]),
+        13.0,
+        "nothing else counted:\n{}",
+        m.text
+    );
+
+    // Every call was timed: 3 saga charges + 2 duplicates + 1 hanging; the
+    // refund of m-short and the null refund.
+    let calls = |rpc: &str| m.sum("participant_call_duration_seconds_count", &[("rpc", rpc)]);
+    assert!(calls("charge") >= 6.0, "{}", m.text);
+    assert!(calls("refund") >= 2.0);
+    assert!(calls("deduct") >= 2.0);
+
+    // Step latencies: a histogram (with buckets) per step, by outcome.
+    for step in ["payment", "inventory"] {
+        let count = m.sum("saga_step_duration_seconds_count", &[("step", step)]);
+        assert!(
+            count >= 1.0,
+            "saga_step_duration_seconds has no sample for step {step:?}:\n{}",
+            m.text
+        );
+        let has_inf_bucket = m
+            .matching("saga_step_duration_seconds_bucket", &[("step", step)])
+            .any(|b| b.labels.get("le").map(String::as_str) == Some("+Inf"));
+        assert!(
+            has_inf_bucket,
+            "{step}: a histogram with buckets, not a summary"
+        );
+    }
+
+    stack.stop().await;
+}
+
+#[test]
+fn the_exposition_parser_reads_labels_escapes_and_special_values() {
+    let text = "# HELP x_total Things.\n# TYPE x_total counter\n\
+        x_total 3\n\
+        y_total{kind=\"charge\",result=\"applied\"} 2 1700000000000\n\
+        z{a=\"q\\\"uo\\\\te\\n\", b=\"{,}\",} +Inf\n\
+        h_bucket{le=\"0.5\"} 1e3\n";
+    let samples = parse_exposition(text).unwrap();
+    assert_eq!(samples.len(), 4);
+    assert_eq!(samples[0].name, "x_total");
+    assert!(samples[0].labels.is_empty());
+    assert_eq!(samples[0].value, 3.0);
+    assert_eq!(samples[1].labels["kind"], "charge");
+    assert_eq!(samples[1].labels["result"], "applied");
+    assert_eq!(samples[1].value, 2.0);
+    assert_eq!(samples[2].labels["a"], "q\"uo\\te\n");
+    assert_eq!(samples[2].labels["b"], "{,}");
+    assert_eq!(samples[2].value, f64::INFINITY);
+    assert_eq!(samples[3].value, 1000.0);
+    assert!(parse_exposition("bad{a=b} 1").is_err());
+    assert!(parse_exposition("bad{a=\"b\"").is_err());
+    assert!(parse_exposition("bad 1x").is_err());
+    assert_eq!(dechunk("3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n"), "abcde");
+}

@@ -1,0 +1,250 @@
+//! One saga's log lines join up across the three services.
+//!
+//! The orchestrator sends W3C `traceparent` with every participant call
+//! (trace id = the saga id's 32 hex digits) and the participants put the
+//! trace id into the span of the call they serve. This test binary captures
+//! every JSON log line of the in-process [`Stack`] in memory, runs a
+//! completed and a compensated order, and checks that the orchestrator's
+//! lines for each saga and both participants' lines for its calls carry the
+//! same `trace_id`.
+//!
+//! The subscriber is global to the process, so this file holds one test.
+
+use saga_proto::saga::v1 as saga;
+use saga_tests::Stack;
+use serde_json::Value;
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Every formatted line, in memory.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// Installs the process-wide JSON subscriber writing into a new capture.
+    fn install() -> Capture {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_env_filter(EnvFilter::new(
+                "warn,orchestrator=debug,payment_svc=debug,inventory_svc=debug",
+            ))
+            .with_writer(capture.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber per process");
+        capture
+    }
+
+    /// The captured lines, each parsed as a JSON object.
+    fn lines(&self) -> Vec<Value> {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        String::from_utf8(bytes)
+            .expect("UTF-8 logs")
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+            })
+            .collect()
+    }
+}
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Capture {
+    type Writer = Capture;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// The spans a line was logged in, outermost first.
+fn spans(line: &Value) -> &[Value] {
+    line["spans"].as_array().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// The span named `name` the line was logged in, if any.
+fn span<'a>(line: &'a Value, name: &str) -> Option<&'a Value> {
+    spans(line).iter().find(|s| s["name"] == name)
+}
+
+/// The `trace_id` of the innermost span of the line that has one.
+fn trace_id(line: &Value) -> Option<&str> {
+    spans(line)
+        .iter()
+        .rev()
+        .find_map(|s| s["trace_id"].as_str())
+}
+
+fn target(line: &Value) -> &str {
+    line["target"].as_str().unwrap_or_default()
+}
+
+fn message(line: &Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or_default()
+}
+
+/// The participant calls (span names) whose lines carry a request id.
+const PARTICIPANT_SPANS: [&str; 4] = ["charge", "refund", "deduct", "restock"];
+
+/// The lines of one saga: the orchestrator's (logged in its `saga` span)
+/// and the participants' (logged in the span of a call for one of its
+/// steps, whose request ids are `<saga_id>:<step>`).
+struct SagaLines<'a> {
+    orchestrator: Vec<&'a Value>,
+    participants: Vec<(&'static str, &'a Value)>,
+}
+
+fn saga_lines<'a>(lines: &'a [Value], saga_id: &str) -> SagaLines<'a> {
+    let prefix = format!("{saga_id}:");
+    let mut found = SagaLines {
+        orchestrator: Vec::new(),
+        participants: Vec::new(),
+    };
+    for line in lines {
+        if span(line, "saga").is_some_and(|s| s["saga_id"] == saga_id) {
+            found.orchestrator.push(line);
+        }
+        for call in PARTICIPANT_SPANS {
+            let ours = span(line, call).is_some_and(|s| {
+                s["request_id"]
+                    .as_str()
+                    .is_some_and(|id| id.starts_with(&prefix))
+            });
+            if ours {
+                found.participants.push((call, line));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_sagas_lines_join_up_across_the_three_services() {
+    let logs = Capture::install();
+    let stack = Stack::start().await;
+    stack.deposit("alice", 10_000).await;
+    stack.add_stock("sku-apple", 5).await;
+
+    let completed = stack
+        .order("t-completed", "alice", &[("sku-apple", 2, 150)])
+        .await
+        .expect("order");
+    assert_eq!(completed.status(), saga::SagaStatus::Completed);
+    let compensated = stack
+        .order("t-short", "alice", &[("sku-apple", 50, 10)])
+        .await
+        .expect("order");
+    assert_eq!(compensated.status(), saga::SagaStatus::Cancelled);
+
+    // "saga finished" is logged when the saga's task ends, which may be just
+    // after the reply.
+    let ids = [completed.saga_id.clone(), compensated.saga_id.clone()];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let lines = logs.lines();
+        let finished = ids.iter().all(|id| {
+            saga_lines(&lines, id)
+                .orchestrator
+                .iter()
+                .any(|l| message(l) == "saga finished")
+        });
+        if finished || tokio::time::Instant::now() >= deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let dump = || {
+        lines
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    for (saga_id, calls) in [
+        (&completed.saga_id, &["charge", "deduct"][..]),
+        (&compensated.saga_id, &["charge", "deduct", "refund"][..]),
+    ] {
+        let expected = saga_id.replace('-', "");
+        assert_eq!(expected.len(), 32, "saga ids are UUIDs");
+        let found = saga_lines(&lines, saga_id);
+
+        assert!(
+            found
+                .orchestrator
+                .iter()
+                .any(|l| message(l) == "saga finished"),
+            "no orchestrator line for saga {saga_id}:\n{}",
+            dump()
+        );
+        for line in &found.orchestrator {
+            assert!(target(line).starts_with("orchestrator"), "{line}");
+            assert_eq!(
+                trace_id(line),
+                Some(expected.as_str()),
+                "orchestrator line of saga {saga_id} without its trace id: {line}"
+            );
+        }
+
+        for call in calls {
+            let service = if matches!(*call, "charge" | "refund") {
+                "payment_svc"
+            } else {
+                "inventory_svc"
+            };
+            let lines: Vec<&Value> = found
+                .participants
+                .iter()
+                .filter(|(c, _)| c == call)
+                .map(|(_, l)| *l)
+                .collect();
+            assert!(
+                lines.iter().any(|l| target(l).starts_with(service)),
+                "no {service} line for the {call} of saga {saga_id}:\n{}",
+                dump()
+            );
+        }
+        for (call, line) in &found.participants {
+            assert_eq!(
+                trace_id(line),
+                Some(expected.as_str()),
+                "{call} line of saga {saga_id} without its trace id: {line}"
+            );
+        }
+    }
+
+    // Two sagas, two traces.
+    assert_ne!(completed.saga_id, compensated.saga_id);
+
+    // A call without `traceparent` (the seeding Deposit) has an empty trace
+    // id, not someone else's.
+    let deposit = lines
+        .iter()
+        .find(|l| span(l, "deposit").is_some())
+        .unwrap_or_else(|| panic!("no deposit line:\n{}", dump()));
+    assert_eq!(trace_id(deposit), Some(""), "{deposit}");
+
+    stack.stop().await;
+}
