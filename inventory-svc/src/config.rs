@@ -131,13 +131,9 @@ mod tests {
             DEFAULT_METRICS_LISTEN.parse().unwrap()
         );
         assert!(!config.metrics.no_metrics);
-        let config = Config::try_parse_from([
-            "svc",
-            "--metrics-listen",
-            "0.0.0.0:19000",
-            "--no-metrics",
-        ])
-        .unwrap();
+        let config =
+            Config::try_parse_from(["svc", "--metrics-listen", "0.0.0.0:19000", "--no-metrics"])
+                .unwrap();
         assert_eq!(
             config.metrics.metrics_listen,
             "0.0.0.0:19000".parse().unwrap()

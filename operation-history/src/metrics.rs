@@ -2,9 +2,21 @@
 //! the gRPC adapters, never inside a transaction that could be retried):
 //! `participant_operations_total{kind, result}` with results `applied`,
 //! `deduplicated`, `refused`, `compensated`, `null_compensation`,
-//! `nothing_to_undo`, `hanging_refused`, `parameter_mismatch`.
+//! `nothing_to_undo`, `hanging_refused`, `parameter_mismatch`. A replayed
+//! action or compensation counts as `deduplicated`; store failures (the
+//! caller retries) are not counted.
 
 use crate::{ActionReply, CompensationEffect, CompensationResult, ParticipantError};
+
+/// Gives `participant_operations_total` its `# HELP` text. Call once after
+/// the recorder is installed (`service_kit::metrics::serve_metrics`);
+/// counting works without it.
+pub fn describe() {
+    metrics::describe_counter!(
+        "participant_operations_total",
+        "Mutating participant calls by operation kind and barrier result (applied, deduplicated, refused, compensated, null_compensation, nothing_to_undo, hanging_refused, parameter_mismatch), counted once committed."
+    );
+}
 
 fn count(kind: &'static str, result: &'static str) {
     metrics::counter!("participant_operations_total", "kind" => kind, "result" => result)

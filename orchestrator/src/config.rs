@@ -48,28 +48,18 @@ pub struct SeedConfig {
     pub tls: service_kit::tls::TlsConfig,
 }
 
-/// The Prometheus endpoint.
-#[derive(Debug, Clone, clap::Args)]
-pub struct MetricsConfig {
-    /// Serve Prometheus metrics at http://<addr>/metrics (dev: all three
-    /// services' metrics, as they share one process).
-    #[arg(long, env = "METRICS_LISTEN", default_value = "127.0.0.1:9461")]
-    pub metrics_listen: SocketAddr,
-    /// Do not serve metrics.
-    #[arg(long, env = "NO_METRICS")]
-    pub no_metrics: bool,
+/// Defaults of the orchestrator's `--metrics-listen` (dev: the endpoint of
+/// all three services, as they share one process).
+#[derive(Debug, Clone)]
+pub struct OrchestratorMetrics;
+
+impl service_kit::metrics::MetricsDefaults for OrchestratorMetrics {
+    const LISTEN_ENV: &'static str = "METRICS_LISTEN";
+    const LISTEN: &'static str = "127.0.0.1:9461";
 }
 
-impl MetricsConfig {
-    /// Starts the exporter unless disabled; returns the scrape URL.
-    pub fn start(&self) -> Result<Option<String>, service_kit::metrics::MetricsError> {
-        if self.no_metrics {
-            return Ok(None);
-        }
-        service_kit::metrics::serve_metrics(self.metrics_listen)?;
-        Ok(Some(format!("http://{}/metrics", self.metrics_listen)))
-    }
-}
+/// The orchestrator's metrics flags.
+pub type MetricsConfig = service_kit::metrics::MetricsConfig<OrchestratorMetrics>;
 
 /// Where state is kept; shared by `serve` and `dev`.
 #[derive(Debug, Clone, clap::Args)]

@@ -63,6 +63,9 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = Shutdown::new();
     shutdown.on_signals();
     let metrics_url = config.metrics.start()?;
+    if metrics_url.is_some() {
+        operation_history::metrics::describe();
+    }
     let (payment_store, inventory_store) = participant_stores(&config, &shutdown).await?;
     let saga_store = crate::open_saga_store(
         &config.mongo,

@@ -217,8 +217,12 @@ impl Executor {
             return false;
         }
         let this = self.clone();
-        let span =
-            tracing::info_span!("saga", saga_id = %saga.saga_id, request_id = %saga.request_id);
+        let span = tracing::info_span!(
+            "saga",
+            saga_id = %saga.saga_id,
+            request_id = %saga.request_id,
+            trace_id = %crate::order_saga::trace_id(&saga)
+        );
         tokio::spawn(
             async move {
                 let saga_id = saga.saga_id.clone();
@@ -342,12 +346,20 @@ impl Executor {
                 phase = ?phase,
                 attempt
             );
+            let started = std::time::Instant::now();
             let reply = self
                 .invoker
                 .invoke(&saga, step, phase)
                 .instrument(span.clone())
                 .await;
             let outcome = self.outcome(phase, step, attempt, reply);
+            metrics::histogram!(
+                "saga_step_duration_seconds",
+                "step" => step.name.clone(),
+                "phase" => phase.as_str(),
+                "outcome" => outcome.as_str()
+            )
+            .record(started.elapsed().as_secs_f64());
             let retrying = matches!(
                 outcome,
                 Outcome::Retrying(_) | Outcome::CompensationRetrying(_)

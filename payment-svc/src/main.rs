@@ -53,8 +53,9 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!(addr = %listener.local_addr()?, "payment-svc serving");
     // After the gRPC port is bound, so a busy gRPC port fails start-up
     // before an exporter is left serving. Logs the scrape URL.
-    if config.metrics.start()?.is_none() {
-        tracing::info!("metrics disabled (--no-metrics)");
+    match config.metrics.start()? {
+        Some(_) => operation_history::metrics::describe(),
+        None => tracing::info!("metrics disabled (--no-metrics)"),
     }
     options.log_startup("payment-svc");
     payment_svc::serve_with(store, faults, options, listener, shutdown).await?;

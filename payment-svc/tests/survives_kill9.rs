@@ -22,6 +22,7 @@ fn start(dir: &std::path::Path, port: u16) -> Child {
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(dir)
         .env("RUST_LOG", "warn")
+        .env("NO_METRICS", "true")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

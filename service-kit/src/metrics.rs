@@ -38,6 +38,11 @@ pub fn serve_metrics(addr: SocketAddr) -> Result<(), MetricsError> {
             addr,
             message: e.to_string(),
         })?;
+    metrics::describe_histogram!(
+        "participant_call_duration_seconds",
+        metrics::Unit::Seconds,
+        "Participant gRPC calls by RPC, from arrival to reply (errors included)."
+    );
     tracing::info!(url = %format!("http://{addr}/metrics"), "serving Prometheus metrics");
     Ok(())
 }
@@ -161,14 +166,20 @@ mod tests {
             cli.metrics,
             MetricsConfig::new("127.0.0.1:9499".parse().unwrap(), true)
         );
-        let cli = Cli::try_parse_from(["x", "--metrics-listen", "0.0.0.0:1234", "--no-metrics"])
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(["x", "--metrics-listen", "0.0.0.0:1234", "--no-metrics"]).unwrap();
         assert_eq!(cli.metrics.metrics_listen, "0.0.0.0:1234".parse().unwrap());
         assert!(cli.metrics.no_metrics);
-        assert_eq!(cli.metrics.start().unwrap(), None, "disabled: nothing served");
+        assert_eq!(
+            cli.metrics.start().unwrap(),
+            None,
+            "disabled: nothing served"
+        );
         let e = Cli::try_parse_from(["x", "--metrics-listen", "nope"]).unwrap_err();
         assert!(e.to_string().contains("--metrics-listen"), "{e}");
-        let help = Cli::try_parse_from(["x", "--help"]).unwrap_err().to_string();
+        let help = Cli::try_parse_from(["x", "--help"])
+            .unwrap_err()
+            .to_string();
         assert!(help.contains("SERVICE_KIT_TEST_METRICS_LISTEN"), "{help}");
     }
 }

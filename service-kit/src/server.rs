@@ -240,9 +240,7 @@ pub async fn serve_with(
     builder
         .layer(tower_layer::layer_fn(OversizeIsResourceExhausted))
         .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming(listener), async move {
-            shutdown.wait().await
-        })
+        .serve_with_incoming_shutdown(incoming(listener), async move { shutdown.wait().await })
         .await?;
     Ok(())
 }
@@ -324,6 +322,13 @@ fn percent_decode(raw: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Accepted connections with TCP_NODELAY: gRPC writes headers, data and
+/// trailers separately, and with Nagle's algorithm the later small writes
+/// wait for the peer's delayed ACK — about 40 ms per call.
+fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,11 +388,4 @@ mod tests {
         assert!(!shown.contains("zz-secret-zz"), "{shown}");
         assert!(shown.contains("tls: false"), "{shown}");
     }
-}
-
-/// Accepted connections with TCP_NODELAY: gRPC writes headers, data and
-/// trailers separately, and with Nagle's algorithm the later small writes
-/// wait for the peer's delayed ACK — about 40 ms per call.
-fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }

@@ -267,6 +267,8 @@ async fn charge(
 async fn metrics_are_served_over_http_and_count_what_happened() {
     let addr = free_port();
     service_kit::metrics::serve_metrics(addr).expect("install the Prometheus recorder");
+    // What the participant binaries call after starting the exporter.
+    operation_history::metrics::describe();
 
     let stack = Stack::start().await;
     stack.deposit("alice", 100_000).await;
@@ -366,6 +368,17 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
         "nothing else counted:\n{}",
         m.text
     );
+
+    for described in [
+        "participant_operations_total",
+        "participant_call_duration_seconds",
+    ] {
+        assert!(
+            m.text.contains(&format!("# HELP {described} ")),
+            "{described} has no HELP text:\n{}",
+            m.text
+        );
+    }
 
     // Every call was timed: 3 saga charges + 2 duplicates + 1 hanging; the
     // refund of m-short and the null refund.

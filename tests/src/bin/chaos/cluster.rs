@@ -160,6 +160,9 @@ impl Proc {
             .env_clear()
             .envs(std::env::var_os("PATH").map(|p| ("PATH".to_owned(), p)))
             .envs(self.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+            // Metrics ports are fixed by default; several soaks (or a dev
+            // stack) on one machine must not collide on them.
+            .env("NO_METRICS", "true")
             // Each life draws its own fault sequence.
             .env(
                 "FAULT_SEED",

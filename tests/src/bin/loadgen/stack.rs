@@ -124,6 +124,9 @@ fn supports_flag(bin: &Path, flag: &str) -> bool {
 /// The last `n` lines of a log file, for error messages.
 pub fn log_tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.trim().is_empty() {
+        return "(empty)".to_owned();
+    }
     let lines: Vec<&str> = text.lines().collect();
     let from = lines.len().saturating_sub(n);
     lines[from..].join("\n")
@@ -171,7 +174,9 @@ impl Stack {
         }
         .map_err(|e| format!("creating a temp dir: {e}"))?;
         let dir_path = dir.path().to_path_buf();
-        let ports = free_ports(4)?;
+        // gRPC ports of orchestrator, payment-svc, inventory-svc, then their
+        // metrics ports.
+        let ports = free_ports(6)?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let mut stack = Stack {
             orchestrator: url(ports[0]),
@@ -207,7 +212,7 @@ impl Stack {
             None
         };
 
-        let service = |name: &'static str, port: u16| -> Result<Command, String> {
+        let service = |name: &'static str, port: u16, metrics: u16| -> Result<Command, String> {
             let mut cmd = Command::new(config.bin_dir.join(name));
             let data = dir_path.join(name);
             std::fs::create_dir_all(&data)
@@ -219,6 +224,7 @@ impl Stack {
                 .arg("--durability")
                 .arg(config.durability)
                 .env("RUST_LOG", "warn")
+                .env("NO_METRICS", "true")
                 .env_remove("MONGODB_URI")
                 .stdin(Stdio::null());
             // Nothing from the caller's environment may change the set-up
@@ -246,14 +252,20 @@ impl Stack {
                     .arg("--mongodb-database")
                     .arg(format!("{}_{short}", config.run.replace('-', "_")));
             }
+            // Newer services serve Prometheus metrics on a fixed default
+            // port: give each a free one so runs never collide.
+            if supports_flag(&config.bin_dir.join(name), "--metrics-listen") {
+                cmd.arg("--metrics-listen")
+                    .arg(SocketAddr::from(([127, 0, 0, 1], metrics)).to_string());
+            }
             die_with_parent(&mut cmd);
             Ok(cmd)
         };
 
         let deadline = Instant::now() + ready_within;
-        let mut payment = service("payment-svc", ports[1])?;
+        let mut payment = service("payment-svc", ports[1], ports[4])?;
         stack.spawn("payment-svc", &mut payment)?;
-        let mut inventory = service("inventory-svc", ports[2])?;
+        let mut inventory = service("inventory-svc", ports[2], ports[5])?;
         stack.spawn("inventory-svc", &mut inventory)?;
         stack
             .wait_ready("payment-svc", &stack.payment.clone(), deadline)
@@ -261,19 +273,12 @@ impl Stack {
         stack
             .wait_ready("inventory-svc", &stack.inventory.clone(), deadline)
             .await?;
-        let mut orchestrator = service("orchestrator", ports[0])?;
+        let mut orchestrator = service("orchestrator", ports[0], ports[3])?;
         orchestrator
             .arg("--payment-addr")
             .arg(&stack.payment)
             .arg("--inventory-addr")
             .arg(&stack.inventory);
-        // Newer orchestrators serve Prometheus metrics on a fixed default
-        // port: give it a free one so runs never collide.
-        if supports_flag(&config.bin_dir.join("orchestrator"), "--metrics-listen") {
-            orchestrator
-                .arg("--metrics-listen")
-                .arg(SocketAddr::from(([127, 0, 0, 1], ports[3])).to_string());
-        }
         stack.spawn("orchestrator", &mut orchestrator)?;
         stack
             .wait_ready("orchestrator", &stack.orchestrator.clone(), deadline)
