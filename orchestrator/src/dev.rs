@@ -128,15 +128,18 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
         config.engine.call_timeout(),
     ));
     let settings = config.engine.settings(config.orchestrator_listen)?;
-    println!(
-        "{}",
-        banner(
-            &orchestrator_addr,
-            &payment_addr,
-            &inventory_addr,
-            &where_data
-        )
-    );
+    let banner = banner(&orchestrator_addr, &payment_addr, &inventory_addr, &where_data);
+    // With TLS the printed commands trust the configured CA instead.
+    let banner = match (&config.tls.tls_ca, options.tls_enabled()) {
+        (Some(ca), true) => banner.replace("-plaintext", &format!("-cacert {}", ca.display())),
+        _ => banner,
+    };
+    println!("{banner}");
+    if options.admin.is_required() {
+        println!(
+            "Admin RPCs (RetrySaga, Deposit, AddStock, faults.v1) need: -H \"authorization: Bearer $ADMIN_TOKEN\"\n"
+        );
+    }
     if let Some(url) = &metrics_url {
         println!("Prometheus metrics (all three services): {url}\n");
     }

@@ -103,7 +103,9 @@ struct Args {
     /// Keep the spawned stack's data dir and logs.
     #[arg(long)]
     keep_data: bool,
-    /// Calls in flight at once (default 64; smoke 16; single 1).
+    /// Calls in flight at once (default 64; smoke 16; single 1). On the
+    /// MongoDB emulator, which runs one transaction at a time, the defaults
+    /// are 8 and 4: more only adds write-conflict retries.
     #[arg(short = 'c', long)]
     concurrency: Option<usize>,
     /// Measure this many sagas (default: --duration 10).
@@ -236,6 +238,13 @@ fn plan(args: Args) -> Result<Plan, String> {
         Mode::Smoke => (16, Amount::Sagas(300), 0.0, 0.1, 0.05, 300.0),
         Mode::Single => (1, Amount::Sagas(2000), 0.5, 0.0, 0.0, 900.0),
     };
+    let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
+    let emulated = mongo && std::env::var("MONGODB_URI").map_or(true, |u| u.is_empty());
+    let def_conc = match (emulated, mode) {
+        (true, Mode::Full) => 8,
+        (true, _) => def_conc.min(4),
+        (false, _) => def_conc,
+    };
     let concurrency = if mode == Mode::Single {
         if args.concurrency.is_some_and(|c| c != 1) {
             return Err("--single runs at concurrency 1".into());
@@ -277,7 +286,6 @@ fn plan(args: Args) -> Result<Plan, String> {
         return Err("--cancel-ratio + --compensate-ratio must not exceed 1".into());
     }
     let items = usize::from(args.items);
-    let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
     let customers = args.customers.unwrap_or(if mongo { 32 } else { 256 });
     let products = args.products.unwrap_or(if mongo { 32 } else { 256 });
     let seed_concurrency = args.seed_concurrency.unwrap_or(if mongo { 4 } else { 32 });

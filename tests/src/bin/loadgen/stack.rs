@@ -416,7 +416,9 @@ fn start_emulator(log: &Path) -> Result<(Proc, u16), String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(err);
-    die_with_parent(&mut cmd);
+    // No die_with_parent here: this runs on a blocking-pool thread, which
+    // exits when idle. The emulator exits by itself when its stdin (held
+    // by this process) closes, which covers loadgen being killed.
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("running {}: {e}", script.display()))?;
