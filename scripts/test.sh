@@ -37,8 +37,14 @@ for backend in embedded mongo; do
     | tee -a "$log" | tail -n 25
 done
 
+echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings"
+for backend in embedded mongo; do
+  ./target/debug/loadgen --smoke --backend "$backend" | tee -a "$log" | tail -n 12
+done
+
 # One closing line for the whole run (cargo prints one per test binary;
 # the chaos soak prints "chaos: N passed, M failed").
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
      /^chaos: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

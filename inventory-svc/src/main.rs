@@ -1,5 +1,10 @@
 //! Stand-alone inventory-svc binary.
 
+/// mimalloc: every gRPC call allocates many small buffers; glibc malloc
+/// showed up at ~6% of CPU in profiles under load.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use inventory_svc::config::Config;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};

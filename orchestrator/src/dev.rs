@@ -128,7 +128,12 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
         config.engine.call_timeout(),
     ));
     let settings = config.engine.settings(config.orchestrator_listen)?;
-    let banner = banner(&orchestrator_addr, &payment_addr, &inventory_addr, &where_data);
+    let banner = banner(
+        &orchestrator_addr,
+        &payment_addr,
+        &inventory_addr,
+        &where_data,
+    );
     // With TLS the printed commands trust the configured CA instead.
     let banner = match (&config.tls.tls_ca, options.tls_enabled()) {
         (Some(ca), true) => banner.replace("-plaintext", &format!("-cacert {}", ca.display())),

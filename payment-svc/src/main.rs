@@ -1,5 +1,10 @@
 //! Stand-alone payment-svc binary.
 
+/// mimalloc: every gRPC call allocates many small buffers; glibc malloc
+/// showed up at ~6% of CPU in profiles under load.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use payment_svc::config::Config;
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
