@@ -89,7 +89,7 @@ impl EmbeddedDb {
         // Fewer, larger checkpoints (each one syncs), and enough page cache
         // that hot index pages stay in memory.
         writer.pragma_update(None, "wal_autocheckpoint", 4000)?;
-        writer.pragma_update(None, "cache_size", -32_000)?;
+        writer.pragma_update(None, "cache_size", -8_000)?;
         writer.pragma_update(None, "temp_store", "MEMORY")?;
         writer.set_prepared_statement_cache_capacity(64);
         writer.execute_batch(schema)?;
