@@ -9,8 +9,10 @@
 //! a WriteConflict (TransientTransactionError) and the whole transaction is
 //! retried — it then sees the winner.
 
-use crate::{HistoryTx, OperationRecord, RecordStatus};
+use crate::{Failure, HistoryTx, OperationRecord, ParticipantError, RecordStatus};
 use bson::{Document, doc};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use mongodb::error::Error;
 use mongodb::options::ReturnDocument;
 use mongodb::{ClientSession, Collection, Database, IndexModel};
@@ -154,4 +156,48 @@ pub async fn recent_for_subject(
         .try_collect()
         .await?;
     docs.iter().map(from_document).collect()
+}
+
+/// Runs one participant rule (effect + operationHistory record) in a
+/// multi-document transaction on `db`, written once for both participants.
+///
+/// Why a transaction: the effect and its record live in different
+/// documents, and a single-document update cannot make both atomic. The
+/// driver's `and_run` retries the whole rule on TransientTransactionError
+/// (e.g. a WriteConflict when two calls with the same request id race) and
+/// retries an unknown commit result. A refusal decided inside the rule is
+/// returned as a custom error, so the transaction aborts and nothing it
+/// claimed survives; it comes back out as the same [`ParticipantError`].
+pub async fn transact<I, R, F>(db: &Database, input: I, rule: F) -> Result<R, ParticipantError>
+where
+    I: Send + Sync,
+    R: Send,
+    F: for<'a> Fn(&'a mut MongoHistory<'a>, &'a I) -> BoxFuture<'a, Result<R, Failure<Error>>>
+        + Send
+        + Sync,
+{
+    let mut session = db.client().start_session().await.map_err(unavailable)?;
+    let outcome = session
+        .start_transaction()
+        .and_run((db, &input, &rule), |session, (db, input, rule)| {
+            async move {
+                let mut tx = MongoHistory::new(db, session);
+                match rule(&mut tx, input).await {
+                    Ok(r) => Ok(r),
+                    Err(Failure::Store(e)) => Err(e),
+                    Err(Failure::Refused(e)) => Err(Error::custom(e)),
+                }
+            }
+            .boxed()
+        })
+        .await;
+    outcome.map_err(|e| match e.get_custom::<ParticipantError>() {
+        Some(refused) => refused.clone(),
+        None => unavailable(e),
+    })
+}
+
+/// A driver error as the participant reports it: UNAVAILABLE, retryable.
+pub fn unavailable(e: Error) -> ParticipantError {
+    ParticipantError::Store(e.to_string())
 }

@@ -23,11 +23,10 @@ use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::FutureExt;
 use futures::TryStreamExt;
-use futures::future::BoxFuture;
 use mongodb::Database;
 use mongodb::error::Error;
-use operation_history::mongo::{self as history, MongoHistory};
-use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError};
+use operation_history::mongo::{self as history, MongoHistory, unavailable};
+use operation_history::{ActionReply, CompensationResult, ParticipantError};
 use service_kit::mongo::{duplicate_key, index, int64};
 
 const PRODUCTS: &str = "products";
@@ -62,45 +61,6 @@ impl MongoInventoryStore {
             .await?;
         Ok(MongoInventoryStore { db })
     }
-
-    /// Runs one stock rule in a transaction.
-    async fn transact<I, R, F>(&self, input: I, rule: F) -> Result<R, ParticipantError>
-    where
-        I: Send + Sync,
-        R: Send,
-        F: for<'a> Fn(&'a mut MongoHistory<'a>, &'a I) -> BoxFuture<'a, Result<R, Failure<Error>>>
-            + Send
-            + Sync,
-    {
-        let mut session = self
-            .db
-            .client()
-            .start_session()
-            .await
-            .map_err(unavailable)?;
-        let outcome = session
-            .start_transaction()
-            .and_run((&self.db, &input, &rule), |session, (db, input, rule)| {
-                async move {
-                    let mut tx = MongoHistory::new(db, session);
-                    match rule(&mut tx, input).await {
-                        Ok(r) => Ok(r),
-                        Err(Failure::Store(e)) => Err(e),
-                        Err(Failure::Refused(e)) => Err(Error::custom(e)),
-                    }
-                }
-                .boxed()
-            })
-            .await;
-        outcome.map_err(|e| match e.get_custom::<ParticipantError>() {
-            Some(refused) => refused.clone(),
-            None => unavailable(e),
-        })
-    }
-}
-
-fn unavailable(e: Error) -> ParticipantError {
-    ParticipantError::Store(e.to_string())
 }
 
 fn bad(collection: &str, field: &str) -> Error {
@@ -257,8 +217,7 @@ impl StockTx for MongoHistory<'_> {
 #[async_trait]
 impl InventoryStore for MongoInventoryStore {
     async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError> {
-        self.transact(deduction, |tx, d| stock::deduct(tx, d).boxed())
-            .await
+        history::transact(&self.db, deduction, |tx, d| stock::deduct(tx, d).boxed()).await
     }
 
     async fn refuse_deduct(
@@ -266,7 +225,7 @@ impl InventoryStore for MongoInventoryStore {
         deduction: Deduction,
         refusal: operation_history::Refusal,
     ) -> Result<ActionReply<()>, ParticipantError> {
-        self.transact(deduction, move |tx, d| {
+        history::transact(&self.db, deduction, move |tx, d| {
             let refusal = refusal.clone();
             async move { stock::refuse_deduct(tx, d, &refusal).await }.boxed()
         })
@@ -274,16 +233,14 @@ impl InventoryStore for MongoInventoryStore {
     }
 
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
-        self.transact(deduction, |tx, d| stock::restock(tx, d).boxed())
-            .await
+        history::transact(&self.db, deduction, |tx, d| stock::restock(tx, d).boxed()).await
     }
 
     async fn add_stock(
         &self,
         addition: StockAddition,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        self.transact(addition, |tx, a| stock::add_stock(tx, a).boxed())
-            .await
+        history::transact(&self.db, addition, |tx, a| stock::add_stock(tx, a).boxed()).await
     }
 
     async fn product(

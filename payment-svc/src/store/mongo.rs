@@ -14,11 +14,10 @@ use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use mongodb::Database;
 use mongodb::error::Error;
-use operation_history::mongo::{self as history, MongoHistory};
-use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError, Refusal};
+use operation_history::mongo::{self as history, MongoHistory, unavailable};
+use operation_history::{ActionReply, CompensationResult, ParticipantError, Refusal};
 use service_kit::mongo::int64;
 
 const ACCOUNTS: &str = "accounts";
@@ -38,50 +37,6 @@ impl MongoPaymentStore {
         // Accounts are keyed by _id = customer_id; no other index is needed.
         Ok(MongoPaymentStore { db })
     }
-
-    /// Runs one ledger rule in a transaction.
-    async fn transact<R, F>(&self, transfer: Transfer, rule: F) -> Result<R, ParticipantError>
-    where
-        R: Send,
-        F: for<'a> Fn(
-                &'a mut MongoHistory<'a>,
-                &'a Transfer,
-            ) -> BoxFuture<'a, Result<R, Failure<Error>>>
-            + Send
-            + Sync,
-    {
-        let mut session = self
-            .db
-            .client()
-            .start_session()
-            .await
-            .map_err(unavailable)?;
-        let outcome = session
-            .start_transaction()
-            .and_run(
-                (&self.db, &transfer, &rule),
-                |session, (db, transfer, rule)| {
-                    async move {
-                        let mut tx = MongoHistory::new(db, session);
-                        match rule(&mut tx, transfer).await {
-                            Ok(r) => Ok(r),
-                            Err(Failure::Store(e)) => Err(e),
-                            Err(Failure::Refused(e)) => Err(Error::custom(e)),
-                        }
-                    }
-                    .boxed()
-                },
-            )
-            .await;
-        outcome.map_err(|e| match e.get_custom::<ParticipantError>() {
-            Some(refused) => refused.clone(),
-            None => unavailable(e),
-        })
-    }
-}
-
-fn unavailable(e: Error) -> ParticipantError {
-    ParticipantError::Store(e.to_string())
 }
 
 impl LedgerTx for MongoHistory<'_> {
@@ -112,8 +67,7 @@ impl LedgerTx for MongoHistory<'_> {
 #[async_trait]
 impl PaymentStore for MongoPaymentStore {
     async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        self.transact(charge, |tx, t| ledger::charge(tx, t).boxed())
-            .await
+        history::transact(&self.db, charge, |tx, t| ledger::charge(tx, t).boxed()).await
     }
 
     async fn refuse_charge(
@@ -121,7 +75,7 @@ impl PaymentStore for MongoPaymentStore {
         charge: Transfer,
         refusal: Refusal,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        self.transact(charge, move |tx, t| {
+        history::transact(&self.db, charge, move |tx, t| {
             let refusal = refusal.clone();
             async move { ledger::refuse_charge(tx, t, &refusal).await }.boxed()
         })
@@ -129,13 +83,11 @@ impl PaymentStore for MongoPaymentStore {
     }
 
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError> {
-        self.transact(refund, |tx, t| ledger::refund(tx, t).boxed())
-            .await
+        history::transact(&self.db, refund, |tx, t| ledger::refund(tx, t).boxed()).await
     }
 
     async fn deposit(&self, deposit: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        self.transact(deposit, |tx, t| ledger::deposit(tx, t).boxed())
-            .await
+        history::transact(&self.db, deposit, |tx, t| ledger::deposit(tx, t).boxed()).await
     }
 
     async fn account(
