@@ -1,4 +1,5 @@
-//! Stand-alone inventory-svc binary.
+//! Stand-alone inventory-svc binary: the shared participant start-up
+//! (`service_kit::participant`) with this service's stores.
 
 /// mimalloc: every gRPC call allocates many small buffers; glibc malloc
 /// showed up at ~6% of CPU in profiles under load.
@@ -6,63 +7,51 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
-use inventory_svc::config::Config;
+use inventory_svc::config::{Cli, InventoryDefaults};
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
+use service_kit::embedded::Durability;
+use service_kit::faults::Faults;
+use service_kit::participant::Participant;
+use service_kit::server::{ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
+use std::path::Path;
 use std::sync::Arc;
+use tokio::net::TcpListener;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let config = Config::parse();
-    service_kit::telemetry::init(config.log_format);
-    match run(config).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "inventory-svc stopped");
-            std::process::ExitCode::FAILURE
-        }
+struct Inventory;
+
+impl Participant for Inventory {
+    type Store = dyn InventoryStore;
+
+    fn open_embedded(
+        path: &Path,
+        durability: Durability,
+    ) -> Result<Arc<Self::Store>, Box<dyn std::error::Error>> {
+        Ok(Arc::new(SqliteInventoryStore::open(path, durability)?))
+    }
+
+    async fn open_mongo(
+        db: mongodb::Database,
+    ) -> Result<Arc<Self::Store>, Box<dyn std::error::Error>> {
+        Ok(Arc::new(MongoInventoryStore::open(db).await?))
+    }
+
+    async fn serve(
+        store: Arc<Self::Store>,
+        faults: Arc<Faults>,
+        options: ServeOptions,
+        listener: TcpListener,
+        shutdown: Shutdown,
+    ) -> Result<(), ServeError> {
+        inventory_svc::serve_with(store, faults, options, listener, shutdown).await
+    }
+
+    fn metrics_started() {
+        operation_history::metrics::describe();
     }
 }
 
-async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    // Checked before anything else: a bad TLS file or token stops start-up
-    // at once, naming the flag.
-    let options = config.serve_options()?;
-    let shutdown = Shutdown::new();
-    shutdown.on_signals();
-    let store: Arc<dyn InventoryStore> = match &config.mongodb_uri {
-        Some(uri) => {
-            let db = service_kit::mongo::connect(
-                uri,
-                &config.mongodb_database,
-                "inventory-svc",
-                &shutdown,
-            )
-            .await?;
-            Arc::new(MongoInventoryStore::open(db).await?)
-        }
-        None => {
-            tracing::info!(db = %config.database_path().display(), "embedded store");
-            Arc::new(SqliteInventoryStore::open(
-                &config.database_path(),
-                config.durability,
-            )?)
-        }
-    };
-    let faults = Arc::new(config.faults.build()?);
-    let settings = faults.settings();
-    if settings.is_enabled() {
-        tracing::warn!(%settings, "fault injection ON: calls will fail, be delayed or lose replies on purpose");
-    }
-    let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "inventory-svc serving");
-    // After the gRPC port is bound, so a busy gRPC port fails start-up
-    // before an exporter is left serving. Logs the scrape URL.
-    match config.metrics.start()? {
-        Some(_) => operation_history::metrics::describe(),
-        None => tracing::info!("metrics disabled (--no-metrics)"),
-    }
-    options.log_startup("inventory-svc");
-    inventory_svc::serve_with(store, faults, options, listener, shutdown).await?;
-    Ok(())
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    service_kit::participant::main::<InventoryDefaults, Inventory>(Cli::parse().config).await
 }

@@ -1,16 +1,9 @@
-//! Configuration of the stand-alone `payment-svc` binary. Every flag has an
-//! environment fallback and a default that works with zero flags.
+//! Configuration of the stand-alone `payment-svc` binary: the shared
+//! participant flags (`service_kit::participant::ParticipantConfig`) with
+//! this service's names and defaults.
 
-use service_kit::auth::AdminConfig;
-use service_kit::embedded::Durability;
-use service_kit::faults::FaultConfig;
-use service_kit::metrics::{MetricsConfig, MetricsDefaults};
-use service_kit::server::{LimitsConfig, OptionsError, ServeOptions};
-use service_kit::telemetry::LogFormat;
-use service_kit::tls::TlsConfig;
-use std::fmt;
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use service_kit::metrics::MetricsDefaults;
+use service_kit::participant::{ParticipantConfig, ParticipantDefaults};
 
 /// Database name used when none is configured (also by the dev stack).
 pub const DEFAULT_MONGODB_DATABASE: &str = "saga_payment";
@@ -18,150 +11,37 @@ pub const DEFAULT_MONGODB_DATABASE: &str = "saga_payment";
 /// Default address of the Prometheus endpoint (`--metrics-listen`).
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9462";
 
-/// payment-svc's metrics flags: `--metrics-listen` (env
-/// `PAYMENT_METRICS_LISTEN`, default [`DEFAULT_METRICS_LISTEN`]) and
-/// `--no-metrics`.
+/// payment-svc's names and defaults: `PAYMENT_LISTEN` (127.0.0.1:50052),
+/// `PAYMENT_DATA_DIR` (`data/payment.db`), `PAYMENT_MONGODB_DATABASE`,
+/// `PAYMENT_METRICS_LISTEN`.
 #[derive(Debug, Clone, Copy)]
-pub struct PaymentMetrics;
+pub struct PaymentDefaults;
 
-impl MetricsDefaults for PaymentMetrics {
+impl MetricsDefaults for PaymentDefaults {
     const LISTEN_ENV: &'static str = "PAYMENT_METRICS_LISTEN";
     const LISTEN: &'static str = DEFAULT_METRICS_LISTEN;
 }
 
-/// `Debug` redacts the MongoDB password and the admin token.
-#[derive(Clone, clap::Parser)]
+impl ParticipantDefaults for PaymentDefaults {
+    const NAME: &'static str = "payment-svc";
+    const GRPC_LISTEN_ENV: &'static str = "PAYMENT_LISTEN";
+    const GRPC_LISTEN: &'static str = "127.0.0.1:50052";
+    const DATA_DIR_ENV: &'static str = "PAYMENT_DATA_DIR";
+    const DATABASE_FILE: &'static str = "payment.db";
+    const MONGODB_DATABASE_ENV: &'static str = "PAYMENT_MONGODB_DATABASE";
+    const MONGODB_DATABASE: &'static str = DEFAULT_MONGODB_DATABASE;
+}
+
+/// The payment-svc flags.
+pub type Config = ParticipantConfig<PaymentDefaults>;
+
+/// The command line of the binary.
+#[derive(Debug, clap::Parser)]
 #[command(
     name = "payment-svc",
     about = "Payment participant of the order saga (charge, refund)"
 )]
-pub struct Config {
-    /// Address to serve gRPC on.
-    #[arg(long, env = "PAYMENT_LISTEN", default_value = "127.0.0.1:50052")]
-    pub listen: SocketAddr,
-    /// Directory holding the embedded store (payment.db).
-    #[arg(long, env = "PAYMENT_DATA_DIR", default_value = "data")]
-    pub data_dir: PathBuf,
-    /// MongoDB connection string. When set, MongoDB is the store and no
-    /// embedded file is written.
-    #[arg(long, env = "MONGODB_URI", hide_env_values = true)]
-    pub mongodb_uri: Option<String>,
-    /// MongoDB database of this service.
-    #[arg(long, env = "PAYMENT_MONGODB_DATABASE", default_value = DEFAULT_MONGODB_DATABASE)]
-    pub mongodb_database: String,
-    /// process: survives kill -9; power-loss: fsync on every (group) commit.
-    #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
-    pub durability: Durability,
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-    /// Fault injection (`--fault-*` / `FAULT_*`); off by default.
+pub struct Cli {
     #[command(flatten)]
-    pub faults: FaultConfig,
-    /// Admin token (`--admin-token` / `ADMIN_TOKEN`); unset: admin RPCs open.
-    #[command(flatten)]
-    pub admin: AdminConfig,
-    /// TLS (`--tls-cert`, `--tls-key`, `--tls-ca`, `--tls-client-auth`);
-    /// unset: plaintext.
-    #[command(flatten)]
-    pub tls: TlsConfig,
-    /// Request limits (`--max-request-bytes`).
-    #[command(flatten)]
-    pub limits: LimitsConfig,
-    /// Prometheus metrics over HTTP (`--metrics-listen`, `--no-metrics`).
-    #[command(flatten)]
-    pub metrics: MetricsConfig<PaymentMetrics>,
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("listen", &self.listen)
-            .field("data_dir", &self.data_dir)
-            .field(
-                "mongodb_uri",
-                &self.mongodb_uri.as_deref().map(service_kit::mongo::redact),
-            )
-            .field("mongodb_database", &self.mongodb_database)
-            .field("durability", &self.durability)
-            .field("log_format", &self.log_format)
-            .field("faults", &self.faults)
-            .field("admin", &self.admin)
-            .field("tls", &self.tls)
-            .field("limits", &self.limits)
-            .field("metrics", &self.metrics)
-            .finish()
-    }
-}
-
-impl Config {
-    /// TLS, admin token and request limit of the server, every file read
-    /// and checked now.
-    pub fn serve_options(&self) -> Result<ServeOptions, OptionsError> {
-        ServeOptions::from_flags(&self.admin, &self.tls, &self.limits)
-    }
-
-    /// Path of the embedded database file.
-    pub fn database_path(&self) -> PathBuf {
-        self.data_dir.join("payment.db")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[test]
-    fn defaults_are_plaintext_open_and_1_mib() {
-        let config = Config::try_parse_from(["svc"]).unwrap();
-        let options = config.serve_options().unwrap();
-        assert!(!options.tls_enabled());
-        assert!(!options.admin.is_required());
-        assert_eq!(
-            options.max_request_bytes,
-            service_kit::server::DEFAULT_MAX_REQUEST_BYTES
-        );
-    }
-
-    #[test]
-    fn metrics_are_served_on_9462_unless_turned_off() {
-        let config = Config::try_parse_from(["svc"]).unwrap();
-        assert_eq!(
-            config.metrics.metrics_listen,
-            DEFAULT_METRICS_LISTEN.parse().unwrap()
-        );
-        assert!(!config.metrics.no_metrics);
-        let config =
-            Config::try_parse_from(["svc", "--metrics-listen", "0.0.0.0:19000", "--no-metrics"])
-                .unwrap();
-        assert_eq!(
-            config.metrics.metrics_listen,
-            "0.0.0.0:19000".parse().unwrap()
-        );
-        assert!(config.metrics.no_metrics);
-    }
-
-    #[test]
-    fn debug_never_shows_secrets() {
-        let config = Config::try_parse_from([
-            "svc",
-            "--mongodb-uri",
-            "mongodb://app:hunter2@db:27017/",
-            "--admin-token",
-            "t0ps3cret",
-            "--max-request-bytes",
-            "4096",
-        ])
-        .unwrap();
-        let shown = format!("{config:?}");
-        assert!(!shown.contains("hunter2"), "{shown}");
-        assert!(!shown.contains("t0ps3cret"), "{shown}");
-        assert!(shown.contains("app:***@db"), "{shown}");
-        let options = config.serve_options().unwrap();
-        assert!(options.admin.is_required());
-        assert_eq!(options.max_request_bytes, 4096);
-        assert!(!format!("{options:?}").contains("t0ps3cret"));
-        let e = Config::try_parse_from(["svc", "--max-request-bytes", "10"]).unwrap_err();
-        assert!(e.to_string().contains("at least 1024"), "{e}");
-    }
+    pub config: Config,
 }

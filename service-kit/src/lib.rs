@@ -11,6 +11,7 @@
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
 //! - [`mongo`]: MongoDB connection, indexes and error classification shared by
 //!   the MongoDB backends.
+//! - [`participant`]: the participant binaries' flags and start-up, once.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
@@ -28,6 +29,7 @@ pub mod embedded;
 pub mod faults;
 pub mod metrics;
 pub mod mongo;
+pub mod participant;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
