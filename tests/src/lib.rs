@@ -10,6 +10,7 @@
 pub mod backends;
 pub mod conformance;
 pub mod crash;
+pub mod reflection;
 
 use inventory_svc::store::SqliteInventoryStore;
 use orchestrator::executor::RetryPolicy;
@@ -175,6 +176,25 @@ pub async fn start_participant(
     storage: impl Into<Storage>,
     addr: Option<SocketAddr>,
 ) -> Running {
+    start_participant_with(
+        service,
+        storage,
+        Arc::new(service_kit::faults::Faults::disabled()),
+        service_kit::server::ServeOptions::default(),
+        addr,
+    )
+    .await
+}
+
+/// Starts a participant with a fault injector and serve options (TLS,
+/// admin token, limits).
+pub async fn start_participant_with(
+    service: Service,
+    storage: impl Into<Storage>,
+    faults: Arc<service_kit::faults::Faults>,
+    options: service_kit::server::ServeOptions,
+    addr: Option<SocketAddr>,
+) -> Running {
     let storage = storage.into();
     let listener = listener(addr.unwrap_or_else(any_port)).await;
     let addr = listener.local_addr().expect("local addr");
@@ -184,7 +204,7 @@ pub async fn start_participant(
         Service::Payment => {
             let store = storage.payment().await;
             tokio::spawn(async move {
-                payment_svc::serve(store, listener, stop)
+                payment_svc::serve_with(store, faults, options, listener, stop)
                     .await
                     .expect("payment serve");
             })
@@ -192,7 +212,7 @@ pub async fn start_participant(
         Service::Inventory => {
             let store = storage.inventory().await;
             tokio::spawn(async move {
-                inventory_svc::serve(store, listener, stop)
+                inventory_svc::serve_with(store, faults, options, listener, stop)
                     .await
                     .expect("inventory serve");
             })

@@ -6,8 +6,6 @@
 //! (Charge, Deduct, reads) never need it, and with no token configured
 //! everything passes (the dev default).
 
-use inventory_svc::store::SqliteInventoryStore;
-use payment_svc::store::SqlitePaymentStore;
 use saga_proto::faults::v1 as faults_pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::inventory::v1 as inventory;
@@ -16,13 +14,10 @@ use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_tests::{Service, balance, channel, stock};
 use service_kit::auth::{AdminAuth, UNAUTHENTICATED_MESSAGE};
-use service_kit::embedded::Durability;
 use service_kit::faults::{FaultSettings, Faults};
 use service_kit::server::ServeOptions;
-use service_kit::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::task::JoinHandle;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -32,59 +27,30 @@ const TOKEN: &str = "test-admin-token-0123456789";
 /// temp dir, served with `options`.
 struct Participant {
     addr: SocketAddr,
-    shutdown: Shutdown,
-    task: JoinHandle<()>,
+    running: saga_tests::Running,
     _dir: tempfile::TempDir,
 }
 
 impl Participant {
     async fn start(service: Service, options: ServeOptions) -> Participant {
         let dir = tempfile::tempdir().expect("tempdir");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let faults = Arc::new(Faults::disabled());
-        let shutdown = Shutdown::new();
-        let stop = shutdown.clone();
-        let task = match service {
-            Service::Payment => {
-                let store = Arc::new(
-                    SqlitePaymentStore::open(&dir.path().join("payment.db"), Durability::Process)
-                        .expect("open payment"),
-                );
-                tokio::spawn(async move {
-                    payment_svc::serve_with(store, faults, options, listener, stop)
-                        .await
-                        .expect("payment serve");
-                })
-            }
-            Service::Inventory => {
-                let store = Arc::new(
-                    SqliteInventoryStore::open(
-                        &dir.path().join("inventory.db"),
-                        Durability::Process,
-                    )
-                    .expect("open inventory"),
-                );
-                tokio::spawn(async move {
-                    inventory_svc::serve_with(store, faults, options, listener, stop)
-                        .await
-                        .expect("inventory serve");
-                })
-            }
-        };
+        let running = saga_tests::start_participant_with(
+            service,
+            dir.path(),
+            Arc::new(Faults::disabled()),
+            options,
+            None,
+        )
+        .await;
         Participant {
-            addr,
-            shutdown,
-            task,
+            addr: running.addr,
+            running,
             _dir: dir,
         }
     }
 
     async fn stop(self) {
-        self.shutdown.trigger();
-        self.task.await.expect("server task");
+        self.running.stop().await;
     }
 }
 

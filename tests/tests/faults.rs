@@ -5,8 +5,6 @@
 //! sequence is deterministic for a seed, bad settings are refused naming the
 //! field, and both participants advertise the admin service.
 
-use inventory_svc::store::SqliteInventoryStore;
-use payment_svc::store::SqlitePaymentStore;
 use saga_proto::faults::v1 as pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::inventory::v1 as inventory;
@@ -14,16 +12,12 @@ use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_tests::{Service, balance, channel, stock};
-use service_kit::embedded::Durability;
 use service_kit::faults::{
     FaultSettings, Faults, LOST_REPLY_MESSAGE, REFUSAL_MESSAGE, TRANSIENT_MESSAGE,
 };
-use service_kit::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -31,52 +25,24 @@ use tonic::transport::Channel;
 /// its embedded store in its own temp dir.
 struct Participant {
     addr: SocketAddr,
-    shutdown: Shutdown,
-    task: JoinHandle<()>,
+    running: saga_tests::Running,
     _dir: tempfile::TempDir,
 }
 
 impl Participant {
     async fn start(service: Service, settings: FaultSettings) -> Participant {
         let dir = tempfile::tempdir().expect("tempdir");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let faults = Arc::new(Faults::new(settings).expect("valid settings"));
-        let shutdown = Shutdown::new();
-        let stop = shutdown.clone();
-        let task = match service {
-            Service::Payment => {
-                let store = Arc::new(
-                    SqlitePaymentStore::open(&dir.path().join("payment.db"), Durability::Process)
-                        .expect("open payment"),
-                );
-                tokio::spawn(async move {
-                    payment_svc::serve_with_faults(store, faults, listener, stop)
-                        .await
-                        .expect("payment serve");
-                })
-            }
-            Service::Inventory => {
-                let store = Arc::new(
-                    SqliteInventoryStore::open(
-                        &dir.path().join("inventory.db"),
-                        Durability::Process,
-                    )
-                    .expect("open inventory"),
-                );
-                tokio::spawn(async move {
-                    inventory_svc::serve_with_faults(store, faults, listener, stop)
-                        .await
-                        .expect("inventory serve");
-                })
-            }
-        };
+        let running = saga_tests::start_participant_with(
+            service,
+            dir.path(),
+            Arc::new(Faults::new(settings).expect("valid settings")),
+            service_kit::server::ServeOptions::default(),
+            None,
+        )
+        .await;
         Participant {
-            addr,
-            shutdown,
-            task,
+            addr: running.addr,
+            running,
             _dir: dir,
         }
     }
@@ -112,8 +78,7 @@ impl Participant {
     }
 
     async fn stop(self) {
-        self.shutdown.trigger();
-        let _ = self.task.await;
+        self.running.stop().await;
     }
 }
 
@@ -531,51 +496,6 @@ async fn added_latency_delays_calls() {
     pay.stop().await;
 }
 
-async fn listed_services(addr: SocketAddr) -> Vec<String> {
-    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
-    let mut client = ServerReflectionClient::new(channel(addr).await);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut replies = client
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .expect("reflection")
-        .into_inner();
-    let reply = replies.next().await.expect("one reply").expect("ok reply");
-    match reply.message_response {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            let mut names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
-            names.sort();
-            names
-        }
-        other => panic!("unexpected reflection reply {other:?}"),
-    }
-}
-
-async fn describes(addr: SocketAddr, symbol: &str) -> bool {
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    let mut client = ServerReflectionClient::new(channel(addr).await);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::FileContainingSymbol(symbol.into())),
-    };
-    let mut replies = client
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .expect("reflection")
-        .into_inner();
-    let reply = replies.next().await.expect("one reply").expect("ok reply");
-    matches!(reply.message_response, Some(MessageResponse::FileDescriptorResponse(f)) if !f.file_descriptor_proto.is_empty())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_participants_serve_and_advertise_the_fault_service() {
     // Through the plain `serve` the harness uses: faults off, API present.
@@ -591,9 +511,12 @@ async fn both_participants_serve_and_advertise_the_fault_service() {
             own.to_owned(),
         ];
         expected.sort();
-        assert_eq!(listed_services(running.addr).await, expected);
-        assert!(describes(running.addr, "faults.v1.FaultService").await);
-        assert!(describes(running.addr, "faults.v1.FaultStatus").await);
+        assert_eq!(
+            saga_tests::reflection::listed_services(running.addr).await,
+            expected
+        );
+        assert!(saga_tests::reflection::describes(running.addr, "faults.v1.FaultService").await);
+        assert!(saga_tests::reflection::describes(running.addr, "faults.v1.FaultStatus").await);
         let status = FaultServiceClient::new(channel(running.addr).await)
             .get_faults(pb::GetFaultsRequest {})
             .await
