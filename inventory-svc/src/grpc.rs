@@ -44,11 +44,6 @@ pub struct InventoryApi {
 }
 
 impl InventoryApi {
-    /// Without fault injection.
-    pub fn new(store: Arc<dyn InventoryStore>) -> Self {
-        Self::with_faults(store, Arc::new(Faults::disabled()))
-    }
-
     /// Consulting `faults` on every Deduct and Restock.
     pub fn with_faults(store: Arc<dyn InventoryStore>, faults: Arc<Faults>) -> Self {
         InventoryApi {

@@ -42,11 +42,6 @@ pub struct PaymentApi {
 }
 
 impl PaymentApi {
-    /// Without fault injection.
-    pub fn new(store: Arc<dyn PaymentStore>) -> Self {
-        Self::with_faults(store, Arc::new(Faults::disabled()))
-    }
-
     /// Consulting `faults` on every Charge and Refund.
     pub fn with_faults(store: Arc<dyn PaymentStore>, faults: Arc<Faults>) -> Self {
         PaymentApi {

@@ -26,29 +26,6 @@ use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// Serves the payment service on `listener` until `shutdown` fires, with no
-/// faults injected (they can still be turned on at run time through
-/// `faults.v1.FaultService`), in plaintext with admin RPCs open.
-pub async fn serve(
-    store: Arc<dyn store::PaymentStore>,
-    listener: TcpListener,
-    shutdown: Shutdown,
-) -> Result<(), ServeError> {
-    serve_with_faults(store, Arc::new(Faults::disabled()), listener, shutdown).await
-}
-
-/// Serves the payment service and the `faults.v1.FaultService` admin API
-/// over `faults` on `listener` until `shutdown` fires, in plaintext with
-/// admin RPCs open.
-pub async fn serve_with_faults(
-    store: Arc<dyn store::PaymentStore>,
-    faults: Arc<Faults>,
-    listener: TcpListener,
-    shutdown: Shutdown,
-) -> Result<(), ServeError> {
-    serve_with(store, faults, ServeOptions::default(), listener, shutdown).await
-}
-
 /// Serves the payment service and the `faults.v1.FaultService` admin API
 /// over `faults` on `listener` until `shutdown` fires, as `options` say: TLS
 /// or plaintext, the admin token required by Deposit and the fault API,

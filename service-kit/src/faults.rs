@@ -534,12 +534,6 @@ impl FaultApi {
     }
 }
 
-/// The admin service to add next to a participant's own service, open to
-/// every caller.
-pub fn service(faults: Arc<Faults>) -> FaultServiceServer<FaultApi> {
-    FaultServiceServer::new(FaultApi::new(faults))
-}
-
 /// The admin service guarded by `options.admin`, accepting requests of at
 /// most `options.max_request_bytes`.
 pub fn service_with(faults: Arc<Faults>, options: &ServeOptions) -> FaultServiceServer<FaultApi> {
