@@ -7,9 +7,9 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
+use embedded_store::Durability;
 use inventory_svc::config::{Cli, InventoryDefaults};
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
-use service_kit::embedded::Durability;
 use service_kit::faults::Faults;
 use service_kit::participant::Participant;
 use service_kit::server::{ServeError, ServeOptions};

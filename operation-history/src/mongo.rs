@@ -24,7 +24,7 @@ pub const UNIQUE_INDEX: &str = "request_id_kind_unique";
 
 /// Indexes the collection needs (created idempotently at start-up).
 pub fn indexes() -> Vec<IndexModel> {
-    use service_kit::mongo::index;
+    use mongo_client::index;
     vec![
         index(UNIQUE_INDEX, doc! { "request_id": 1, "kind": 1 }, true),
         index(
@@ -78,7 +78,7 @@ fn bad(field: &str) -> Error {
 /// Decodes a stored record. Integers are read leniently (int32 or int64).
 pub fn from_document(d: &Document) -> Result<OperationRecord, Error> {
     let text = |f: &str| d.get_str(f).map(str::to_owned).map_err(|_| bad(f));
-    let number = |f: &str| service_kit::mongo::int64(d, f).ok_or_else(|| bad(f));
+    let number = |f: &str| mongo_client::int64(d, f).ok_or_else(|| bad(f));
     let status = RecordStatus::parse(d.get_str("status").map_err(|_| bad("status"))?)
         .ok_or_else(|| bad("status"))?;
     Ok(OperationRecord {

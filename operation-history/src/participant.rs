@@ -3,7 +3,7 @@
 //! end with — each mapped to one gRPC status in one place.
 
 use crate::BarrierError;
-use service_kit::embedded::DbError;
+use embedded_store::DbError;
 use tonic::Status;
 
 /// The reply to an action (charge, deduct, deposit, add stock).

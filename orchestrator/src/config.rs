@@ -3,7 +3,7 @@
 //! demo data. Every flag has an environment fallback and a default that makes
 //! the zero-flag command work.
 
-use service_kit::embedded::Durability;
+use embedded_store::Durability;
 use service_kit::telemetry::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -32,7 +32,7 @@ async fn participant_stores(
     Ok(match &config.mongo.mongodb_uri {
         Some(uri) => {
             let connect = |name: &'static str, app: &'static str| {
-                service_kit::mongo::connect(uri, name, app, shutdown)
+                mongo_client::connect(uri, name, app, shutdown.wait())
             };
             let payment_db =
                 connect(payment_svc::config::DEFAULT_MONGODB_DATABASE, "payment-svc").await?;
@@ -75,7 +75,7 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     let where_data = match &config.mongo.mongodb_uri {
-        Some(uri) => format!("MongoDB {}", service_kit::mongo::redact(uri)),
+        Some(uri) => format!("MongoDB {}", mongo_client::redact(uri)),
         None => config.data_dir.display().to_string(),
     };
 

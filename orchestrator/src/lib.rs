@@ -152,14 +152,18 @@ pub async fn serve_with(
 pub async fn open_saga_store(
     mongo: &config::MongoConfig,
     data_dir: &std::path::Path,
-    durability: service_kit::embedded::Durability,
+    durability: embedded_store::Durability,
     shutdown: &Shutdown,
 ) -> Result<Arc<dyn store::SagaStore>, Box<dyn std::error::Error>> {
     Ok(match &mongo.mongodb_uri {
         Some(uri) => {
-            let db =
-                service_kit::mongo::connect(uri, &mongo.mongodb_database, "orchestrator", shutdown)
-                    .await?;
+            let db = mongo_client::connect(
+                uri,
+                &mongo.mongodb_database,
+                "orchestrator",
+                shutdown.wait(),
+            )
+            .await?;
             Arc::new(store::MongoSagaStore::open(db).await?)
         }
         None => {

@@ -7,9 +7,9 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
+use embedded_store::Durability;
 use payment_svc::config::{Cli, PaymentDefaults};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
-use service_kit::embedded::Durability;
 use service_kit::faults::Faults;
 use service_kit::participant::Participant;
 use service_kit::server::{ServeError, ServeOptions};

@@ -3,12 +3,12 @@
 //! own service and on its fault admin API; requests under the limit are
 //! served as usual.
 
+use embedded_store::Durability;
 use payment_svc::store::SqlitePaymentStore;
 use saga_proto::faults::v1 as faults_pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::payment::v1 as pb;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
-use service_kit::embedded::Durability;
 use service_kit::faults::Faults;
 use service_kit::server::{DEFAULT_MAX_REQUEST_BYTES, ServeOptions};
 use service_kit::shutdown::Shutdown;

@@ -2,15 +2,10 @@
 //!
 //! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
 //!   checked by the admin RPCs and attached by their clients.
-//! - [`embedded`]: the embedded durable store every service uses by default —
-//!   SQLite in WAL mode behind one writer thread that group-commits the writes
-//!   of many concurrent requests into one transaction.
 //! - [`faults`]: fault injection in the participants (latency, transient
 //!   errors, refusals, lost replies; seeded, deterministic) and its
 //!   `faults.v1` admin service.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
-//! - [`mongo`]: MongoDB connection, indexes and error classification shared by
-//!   the MongoDB backends.
 //! - [`participant`]: the participant binaries' flags and start-up, once.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
@@ -25,10 +20,8 @@
 //! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
 
 pub mod auth;
-pub mod embedded;
 pub mod faults;
 pub mod metrics;
-pub mod mongo;
 pub mod participant;
 pub mod server;
 pub mod shutdown;

@@ -6,13 +6,13 @@
 //! serve until SIGTERM/SIGINT.
 
 use crate::auth::AdminConfig;
-use crate::embedded::Durability;
 use crate::faults::{FaultConfig, Faults};
 use crate::metrics::{MetricsConfig, MetricsDefaults};
 use crate::server::{LimitsConfig, OptionsError, ServeOptions};
 use crate::shutdown::Shutdown;
 use crate::telemetry::LogFormat;
 use crate::tls::TlsConfig;
+use embedded_store::Durability;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -87,7 +87,7 @@ impl<D: ParticipantDefaults> fmt::Debug for ParticipantConfig<D> {
             .field("data_dir", &self.data_dir)
             .field(
                 "mongodb_uri",
-                &self.mongodb_uri.as_deref().map(crate::mongo::redact),
+                &self.mongodb_uri.as_deref().map(mongo_client::redact),
             )
             .field("mongodb_database", &self.mongodb_database)
             .field("durability", &self.durability)
@@ -150,8 +150,8 @@ pub async fn run<D: ParticipantDefaults, P: Participant>(
     shutdown.on_signals();
     let store = match &config.mongodb_uri {
         Some(uri) => {
-            let db =
-                crate::mongo::connect(uri, &config.mongodb_database, D::NAME, &shutdown).await?;
+            let db = mongo_client::connect(uri, &config.mongodb_database, D::NAME, shutdown.wait())
+                .await?;
             P::open_mongo(db).await?
         }
         None => {

@@ -7,11 +7,10 @@
 //! the test harness's output capture cannot hide it; emulated results are
 //! never called real.
 
+use embedded_store::Durability;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use orchestrator::store::{MongoSagaStore, SagaStore, SqliteSagaStore};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
-use service_kit::embedded::Durability;
-use service_kit::shutdown::Shutdown;
 use std::any::Any;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -66,7 +65,7 @@ pub fn mongo() -> Option<MongoTarget> {
                     say(&format!(
                         "storage target: {} at {}",
                         t.label,
-                        service_kit::mongo::redact(&t.uri)
+                        mongo_client::redact(&t.uri)
                     ));
                     Some(t)
                 }
@@ -121,7 +120,7 @@ fn start_emulator() -> Result<String, String> {
 /// A database no other test uses.
 pub async fn fresh_database(target: &MongoTarget, service: &str) -> mongodb::Database {
     let name = format!("test_{service}_{}", uuid::Uuid::now_v7().simple());
-    service_kit::mongo::connect(&target.uri, &name, "saga-tests", &Shutdown::new())
+    mongo_client::connect(&target.uri, &name, "saga-tests", std::future::pending())
         .await
         .expect("connect to MongoDB")
 }

@@ -12,6 +12,7 @@ pub mod conformance;
 pub mod crash;
 pub mod reflection;
 
+use embedded_store::Durability;
 use inventory_svc::store::SqliteInventoryStore;
 use orchestrator::executor::RetryPolicy;
 use orchestrator::order_saga::OrderParticipants;
@@ -24,7 +25,6 @@ use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as saga;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
-use service_kit::embedded::Durability;
 use service_kit::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -111,11 +111,11 @@ impl Storage {
     }
 
     async fn mongo_db(uri: &str, prefix: &str, service: &str) -> mongodb::Database {
-        service_kit::mongo::connect(
+        mongo_client::connect(
             uri,
             &format!("{prefix}_{service}"),
             service,
-            &Shutdown::new(),
+            std::future::pending(),
         )
         .await
         .expect("connect to MongoDB")

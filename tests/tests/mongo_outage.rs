@@ -150,7 +150,7 @@ async fn connect_keeps_retrying_until_shutdown() {
     let shutdown = Shutdown::new();
     let connecting = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { service_kit::mongo::connect(&uri, "outage_nowhere", "saga-tests", &shutdown).await }
+        async move { mongo_client::connect(&uri, "outage_nowhere", "saga-tests", shutdown.wait()).await }
     });
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(
@@ -185,7 +185,7 @@ async fn connect_waits_for_mongodb_to_come_up() {
         format!("mongodb://127.0.0.1:{port}/?directConnection=true&serverSelectionTimeoutMS=250");
     let started = Instant::now();
     let connecting = tokio::spawn(async move {
-        service_kit::mongo::connect(&uri, "outage_connect", "saga-tests", &Shutdown::new()).await
+        mongo_client::connect(&uri, "outage_connect", "saga-tests", std::future::pending()).await
     });
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(

@@ -6,12 +6,12 @@
 //! `--tls-client-auth` a client must also present a certificate the CA
 //! signed.
 
+use embedded_store::Durability;
 use payment_svc::store::SqlitePaymentStore;
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use service_kit::auth::AdminConfig;
-use service_kit::embedded::Durability;
 use service_kit::faults::Faults;
 use service_kit::server::{LimitsConfig, ServeOptions};
 use service_kit::shutdown::Shutdown;

@@ -23,11 +23,11 @@ use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::FutureExt;
 use futures::TryStreamExt;
+use mongo_client::{duplicate_key, index, int64};
 use mongodb::Database;
 use mongodb::error::Error;
 use operation_history::mongo::{self as history, MongoHistory, unavailable};
 use operation_history::{ActionReply, CompensationResult, ParticipantError};
-use service_kit::mongo::{duplicate_key, index, int64};
 
 const PRODUCTS: &str = "products";
 const DEDUCT_LINES: &str = "deduct_lines";

@@ -11,10 +11,10 @@
 use super::stock::{self, LineStatus, RecordedLine, StockTx};
 use super::{DEDUCT, Deduction, InventoryStore, ProductOperation, ProductView, StockAddition};
 use async_trait::async_trait;
+use embedded_store::{DbError, Durability, EmbeddedDb};
 use operation_history::sqlite::{self as history, SqliteHistory};
 use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError};
 use rusqlite::{Connection, OptionalExtension, params};
-use service_kit::embedded::{DbError, Durability, EmbeddedDb};
 use std::path::Path;
 
 const SCHEMA: &str = "
@@ -35,7 +35,7 @@ CREATE INDEX IF NOT EXISTS deduct_lines_by_product
     ON deduct_lines (product_id, recorded_at_ms);
 ";
 
-/// Inventory store in a SQLite file (see `service_kit::embedded`).
+/// Inventory store in a SQLite file (see `embedded_store`).
 #[derive(Clone, Debug)]
 pub struct SqliteInventoryStore {
     db: EmbeddedDb,

@@ -16,9 +16,9 @@ use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::TryStreamExt;
+use mongo_client::{duplicate_key, index};
 use mongodb::error::Error;
 use mongodb::{Collection, Database};
-use service_kit::mongo::{duplicate_key, index};
 
 const SAGAS: &str = "sagas";
 const REQUEST_ID_INDEX: &str = "request_id_unique";

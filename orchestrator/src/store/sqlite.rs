@@ -8,8 +8,8 @@
 use super::{Created, Cursor, Page, SagaStore, StoreError};
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
+use embedded_store::{DbError, Durability, EmbeddedDb};
 use rusqlite::{Connection, OptionalExtension, params};
-use service_kit::embedded::{DbError, Durability, EmbeddedDb};
 use std::path::Path;
 
 const SCHEMA: &str = "

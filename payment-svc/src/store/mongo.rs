@@ -14,11 +14,11 @@ use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::FutureExt;
+use mongo_client::int64;
 use mongodb::Database;
 use mongodb::error::Error;
 use operation_history::mongo::{self as history, MongoHistory, unavailable};
 use operation_history::{ActionReply, CompensationResult, ParticipantError, Refusal};
-use service_kit::mongo::int64;
 
 const ACCOUNTS: &str = "accounts";
 

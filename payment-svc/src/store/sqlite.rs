@@ -5,10 +5,10 @@
 use super::ledger::{self, LedgerTx};
 use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
+use embedded_store::{DbError, Durability, EmbeddedDb};
 use operation_history::sqlite::{self as history, SqliteHistory};
 use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError, Refusal};
 use rusqlite::{OptionalExtension, params};
-use service_kit::embedded::{DbError, Durability, EmbeddedDb};
 use std::path::Path;
 
 const SCHEMA: &str = "
@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS accounts (
 ) WITHOUT ROWID;
 ";
 
-/// Payment store in a SQLite file (see `service_kit::embedded`).
+/// Payment store in a SQLite file (see `embedded_store`).
 #[derive(Clone, Debug)]
 pub struct SqlitePaymentStore {
     db: EmbeddedDb,

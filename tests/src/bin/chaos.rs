@@ -427,10 +427,7 @@ async fn run(args: &Args, bin_dir: &Path, work: &Path, checks: &mut Checks) -> R
                     )
                 }
             };
-            println!(
-                "chaos: storage {label} at {}",
-                service_kit::mongo::redact(&uri)
-            );
+            println!("chaos: storage {label} at {}", mongo_client::redact(&uri));
             Storage::Mongo {
                 uri,
                 label,

@@ -133,7 +133,7 @@ pub fn read_sqlite(payment: &Path, inventory: &Path, sagas: &Path) -> Result<Sna
 }
 
 fn int(d: &Document, f: &str) -> Result<i64, String> {
-    service_kit::mongo::int64(d, f).ok_or_else(|| format!("document without integer {f}: {d}"))
+    mongo_client::int64(d, f).ok_or_else(|| format!("document without integer {f}: {d}"))
 }
 
 fn text(d: &Document, f: &str) -> Result<String, String> {

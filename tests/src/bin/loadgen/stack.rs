@@ -192,7 +192,7 @@ impl Stack {
         let mongo_uri = if config.mongo {
             match std::env::var("MONGODB_URI") {
                 Ok(uri) if !uri.is_empty() => {
-                    stack.store_label = format!("MongoDB at {}", service_kit::mongo::redact(&uri));
+                    stack.store_label = format!("MongoDB at {}", mongo_client::redact(&uri));
                     Some(uri)
                 }
                 _ => {

@@ -10,12 +10,12 @@
 //!   `TransientTransactionError` / retryable are "unavailable": callers retry
 //!   them; everything else is not.
 
-use crate::shutdown::Shutdown;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use bson::{Document, doc};
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 use mongodb::options::{ClientOptions, IndexOptions};
 use mongodb::{Client, Database, IndexModel};
+use std::future::Future;
 use std::time::Duration;
 
 /// How long one operation waits to find a usable server before failing
@@ -40,14 +40,15 @@ pub fn redact(uri: &str) -> String {
 }
 
 /// Connects to `uri` and returns `database`, retrying with backoff (and a
-/// log line per attempt) until the server answers a ping or `shutdown`
-/// fires.
+/// log line per attempt) until the server answers a ping or `stop`
+/// resolves (pass `shutdown.wait()`).
 pub async fn connect(
     uri: &str,
     database: &str,
     app_name: &str,
-    shutdown: &Shutdown,
+    stop: impl Future<Output = ()>,
 ) -> Result<Database, Error> {
+    let mut stop = std::pin::pin!(stop);
     let mut options = ClientOptions::parse(uri).await?;
     options.app_name.get_or_insert_with(|| app_name.to_owned());
     options
@@ -72,7 +73,7 @@ pub async fn connect(
                 tracing::warn!(uri = %redact(uri), %error, retry_in_ms = delay.as_millis() as u64, "MongoDB unreachable; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
-                    _ = shutdown.wait() => return Err(error),
+                    _ = &mut stop => return Err(error),
                 }
             }
         }
