@@ -7,6 +7,7 @@ use prost::Message;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/saga/v1/saga.proto",
+        "proto/participant/v1/participant.proto",
         "proto/payment/v1/payment.proto",
         "proto/inventory/v1/inventory.proto",
         "proto/faults/v1/faults.proto",

@@ -1,34 +1,22 @@
-//! `inventory.v1` adapter: checks and converts wire types, calls the store,
-//! maps results to replies and status codes. No business logic lives here.
+//! `inventory.v1` adapter: checks and converts wire types, hands each call
+//! to the participant pipeline (`participant_kit::pipeline`: timer, span,
+//! faults, store, metrics, reply) and maps results back. No business logic
+//! lives here.
 //!
-//! Deduct and Restock consult the fault injector ([`Faults`]) after their
-//! input is validated: before the store call (latency, transient error,
-//! refusal) and after it (lost reply). GetProduct and AddStock are never
-//! faulted (see `service_kit::faults` for why).
-//!
-//! AddStock is an admin RPC: when an admin token is configured
-//! (`service_kit::auth`) it requires `authorization: Bearer <token>` and
-//! answers UNAUTHENTICATED otherwise, before its input is even validated.
-//!
-//! Every mutating call is counted once its outcome is committed, before a
-//! lost reply is injected (`participant_operations_total{kind, result}`, see
-//! `operation_history::metrics`), and runs in a span carrying its
-//! `request_id` and the caller's W3C `trace_id` (from `traceparent`; empty
-//! when absent), so its log lines join the orchestrator's saga. Every call
-//! is timed (`participant_call_duration_seconds{rpc}`).
+//! AddStock is an admin RPC: when an admin token is configured it requires
+//! `authorization: Bearer <token>` and answers UNAUTHENTICATED otherwise,
+//! before its input is even validated.
 
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
-use operation_history::metrics as history_metrics;
-use operation_history::{ActionReply, CompensationResult};
-use operation_history::{Refusal, RefusalReason};
+use participant_kit::Kit;
+use participant_kit::faults::CallKind;
+use participant_kit::wire;
 use saga_proto::inventory::v1 as pb;
-use service_kit::auth::AdminAuth;
-use service_kit::faults::{CallKind, Faults, REFUSAL_MESSAGE};
-use service_kit::metrics::CallTimer;
-use service_kit::{trace, validate};
+use saga_proto::participant::v1 as participant;
+use service_kit::time::timestamp;
+use service_kit::validate;
 use std::sync::Arc;
-use tonic::{Code, Request, Response, Status};
-use tracing::Instrument;
+use tonic::{Request, Response, Status};
 
 /// Default and maximum number of operations returned by GetProduct.
 const DEFAULT_OPERATIONS: usize = 20;
@@ -39,23 +27,13 @@ pub const MAX_LINES: usize = 100;
 /// Implements `inventory.v1.InventoryService` over an [`InventoryStore`].
 pub struct InventoryApi {
     store: Arc<dyn InventoryStore>,
-    faults: Arc<Faults>,
-    admin: AdminAuth,
+    kit: Kit,
 }
 
 impl InventoryApi {
-    /// Consulting `faults` on every Deduct and Restock.
-    pub fn with_faults(store: Arc<dyn InventoryStore>, faults: Arc<Faults>) -> Self {
-        InventoryApi {
-            store,
-            faults,
-            admin: AdminAuth::open(),
-        }
-    }
-
-    /// AddStock requires `admin`'s token (open by default).
-    pub fn with_admin(self, admin: AdminAuth) -> Self {
-        InventoryApi { admin, ..self }
+    /// The service over `store`, with `kit`'s faults and admin token.
+    pub fn new(store: Arc<dyn InventoryStore>, kit: Kit) -> Self {
+        InventoryApi { store, kit }
     }
 }
 
@@ -91,58 +69,30 @@ fn deduction(request_id: String, lines: Vec<pb::Line>) -> Result<Deduction, Stat
     Ok(deduction)
 }
 
-/// Logs, in the call's span, a mutating call that ended in an error status
-/// (a business refusal, a hanging or mismatched call, an injected fault),
-/// so every call of a saga leaves a line carrying its trace id.
-fn logged<T>(span: &tracing::Span, result: Result<T, Status>) -> Result<T, Status> {
-    if let Err(status) = &result {
-        span.in_scope(|| match status.code() {
-            Code::Internal | Code::Unknown | Code::DataLoss => {
-                tracing::warn!(code = ?status.code(), error = status.message(), "call failed")
-            }
-            code => tracing::info!(?code, error = status.message(), "not applied"),
-        });
-    }
-    result
-}
-
-/// Business refusals become their status code; applied results the value.
-fn applied<T>(reply: ActionReply<T>) -> Result<(T, bool), Status> {
-    match reply {
-        ActionReply::Applied { value, replayed } => Ok((value, replayed)),
-        ActionReply::Refused { refusal, .. } => Err(refusal.into()),
-    }
-}
-
-pub(crate) fn effect(result: &CompensationResult) -> i32 {
-    use operation_history::CompensationEffect as E;
-    use pb::CompensationEffect as W;
-    match result.effect {
-        E::Undone => W::Undone,
-        E::NullCompensation => W::NullCompensation,
-        E::NothingToUndo => W::NothingToUndo,
-    }
-    .into()
-}
-
-fn operation(o: ProductOperation) -> pb::Operation {
-    pb::Operation {
+/// A product's operation as the wire shows it.
+fn operation(product_id: &str, o: ProductOperation) -> participant::Operation {
+    participant::Operation {
         request_id: o.request_id,
         kind: o.kind,
         status: o.status,
-        quantity: o.quantity,
-        line_index: o.line_index.unwrap_or(0),
+        amount: o.quantity,
         detail: o.detail,
         recorded_at: Some(timestamp(o.recorded_at_ms)),
+        line_index: o.line_index,
+        subject: product_id.to_owned(),
     }
 }
 
-/// Milliseconds since the epoch as a protobuf timestamp.
-pub fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
-    }
+/// The call's span, named after the RPC: which order lines and which trace.
+macro_rules! deduction_span {
+    ($rpc:literal, $d:expr, $trace_id:expr) => {
+        tracing::info_span!(
+            $rpc,
+            request_id = %$d.request_id,
+            lines = $d.lines.len(),
+            trace_id = %$trace_id,
+        )
+    };
 }
 
 #[tonic::async_trait]
@@ -151,83 +101,50 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::DeductRequest>,
     ) -> Result<Response<pb::DeductResponse>, Status> {
-        let _timer = CallTimer::start("deduct");
-        let trace_id = trace::trace_id(request.metadata()).unwrap_or_default();
+        let call = self.kit.call("deduct", CallKind::Action, &request);
         let r = request.into_inner();
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
-        let span = tracing::info_span!(
-            "deduct",
-            request_id = %request_id,
-            lines = deduction.lines.len(),
-            trace_id = %trace_id,
-        );
-        let result = async move {
-            let admitted = self.faults.before(CallKind::Action, &request_id).await?;
-            let reply = if admitted.refuse() {
-                let refusal = Refusal::new(RefusalReason::Insufficient, REFUSAL_MESSAGE);
-                self.store.refuse_deduct(deduction, refusal).await
-            } else {
-                self.store.deduct(deduction).await
-            };
-            // Counted once committed, before a lost reply is injected (the
-            // deduct was applied all the same).
-            history_metrics::action("deduct", &reply);
-            let reply = reply.map_err(Status::from).and_then(applied);
-            let ((), replayed) = self.faults.after(admitted, &request_id, reply)?;
-            tracing::debug!(replayed, "deducted");
-            Ok(Response::new(pb::DeductResponse {
-                request_id,
-                replayed,
-            }))
-        }
-        .instrument(span.clone())
-        .await;
-        logged(&span, result)
+        let span = deduction_span!("deduct", &deduction, call.trace_id());
+        let result = call
+            .action(span.clone(), &request_id, |admission| {
+                self.store.deduct(deduction, admission)
+            })
+            .await;
+        participant_kit::log_call!(&span, &result);
+        let ((), replayed) = result?;
+        Ok(Response::new(pb::DeductResponse {
+            request_id,
+            replayed,
+        }))
     }
 
     async fn restock(
         &self,
         request: Request<pb::RestockRequest>,
     ) -> Result<Response<pb::RestockResponse>, Status> {
-        let _timer = CallTimer::start("restock");
-        let trace_id = trace::trace_id(request.metadata()).unwrap_or_default();
+        let call = self.kit.call("restock", CallKind::Compensation, &request);
         let r = request.into_inner();
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
-        let span = tracing::info_span!(
-            "restock",
-            request_id = %request_id,
-            lines = deduction.lines.len(),
-            trace_id = %trace_id,
-        );
-        let result = async move {
-            let admitted = self
-                .faults
-                .before(CallKind::Compensation, &request_id)
-                .await?;
-            let reply = self.store.restock(deduction).await;
-            history_metrics::compensation("restock", &reply);
-            let result = self
-                .faults
-                .after(admitted, &request_id, reply.map_err(Status::from))?;
-            tracing::info!(effect = ?result.effect, replayed = result.replayed, "restock");
-            Ok(Response::new(pb::RestockResponse {
-                request_id,
-                effect: effect(&result),
-                replayed: result.replayed,
-            }))
-        }
-        .instrument(span.clone())
-        .await;
-        logged(&span, result)
+        let span = deduction_span!("restock", &deduction, call.trace_id());
+        let result = call
+            .compensation(span.clone(), &request_id, || self.store.restock(deduction))
+            .await;
+        participant_kit::log_call!(&span, &result);
+        let result = result?;
+        Ok(Response::new(pb::RestockResponse {
+            request_id,
+            effect: wire::effect(&result),
+            replayed: result.replayed,
+        }))
     }
 
     async fn get_product(
         &self,
         request: Request<pb::GetProductRequest>,
     ) -> Result<Response<pb::Product>, Status> {
-        let _timer = CallTimer::start("get_product");
+        let _timer = self.kit.read("get_product");
         let r = request.into_inner();
         validate::id("product_id", &r.product_id)?;
         let limit = validate::limit(
@@ -247,10 +164,14 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
                 r.product_id
             )));
         };
+        let recent_operations = recent_operations
+            .into_iter()
+            .map(|o| operation(&product_id, o))
+            .collect();
         Ok(Response::new(pb::Product {
             product_id,
             available,
-            recent_operations: recent_operations.into_iter().map(operation).collect(),
+            recent_operations,
         }))
     }
 
@@ -258,11 +179,7 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::AddStockRequest>,
     ) -> Result<Response<pb::AddStockResponse>, Status> {
-        let _timer = CallTimer::start("add_stock");
-        // Admin only: checked before anything else, so a refused call
-        // changes nothing.
-        self.admin.check(request.metadata())?;
-        let trace_id = trace::trace_id(request.metadata()).unwrap_or_default();
+        let call = self.kit.admin_call("add_stock", &request)?;
         let r = request.into_inner();
         validate::id("request_id", &r.request_id)?;
         validate::id("product_id", &r.product_id)?;
@@ -278,26 +195,20 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             request_id = %request_id,
             product_id = %addition.product_id,
             quantity = addition.quantity,
-            trace_id = %trace_id,
+            trace_id = %call.trace_id(),
         );
-        let result = async move {
-            // Admin seeding: never faulted (draws nothing); asked anyway so
-            // the policy lives in one place.
-            let admitted = self.faults.before(CallKind::Admin, &request_id).await?;
-            let reply = self.store.add_stock(addition).await;
-            history_metrics::action("add_stock", &reply);
-            let reply = reply.map_err(Status::from).and_then(applied);
-            let (available, replayed) = self.faults.after(admitted, &request_id, reply)?;
-            tracing::debug!(available, replayed, "stock added");
-            Ok(Response::new(pb::AddStockResponse {
-                request_id,
-                available,
-                replayed,
-            }))
-        }
-        .instrument(span.clone())
-        .await;
-        logged(&span, result)
+        let result = call
+            .action(span.clone(), &request_id, |_| {
+                self.store.add_stock(addition)
+            })
+            .await;
+        participant_kit::log_call!(&span, &result);
+        let (available, replayed) = result?;
+        Ok(Response::new(pb::AddStockResponse {
+            request_id,
+            available,
+            replayed,
+        }))
     }
 }
 
@@ -333,13 +244,5 @@ mod tests {
         assert!(rejected("o1", bad_quantity).starts_with("lines[1].quantity:"));
         let overflow = vec![line("a", i64::MAX), line("b", 1)];
         assert!(rejected("o1", overflow).starts_with("lines:"));
-    }
-
-    #[test]
-    fn timestamps_split_milliseconds() {
-        let t = timestamp(1_500);
-        assert_eq!((t.seconds, t.nanos), (1, 500_000_000));
-        let t = timestamp(-1);
-        assert_eq!((t.seconds, t.nanos), (-1, 999_000_000));
     }
 }

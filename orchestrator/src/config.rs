@@ -223,7 +223,7 @@ pub struct DevConfig {
     /// Fault injection in both participants (each gets its own sequence),
     /// to watch retries and compensations happen.
     #[command(flatten)]
-    pub faults: service_kit::faults::FaultConfig,
+    pub faults: participant_kit::faults::FaultConfig,
     #[command(flatten)]
     pub mongo: MongoConfig,
     #[command(flatten)]

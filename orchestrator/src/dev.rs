@@ -34,10 +34,13 @@ async fn participant_stores(
             let connect = |name: &'static str, app: &'static str| {
                 mongo_client::connect(uri, name, app, shutdown.wait())
             };
-            let payment_db =
-                connect(payment_svc::config::DEFAULT_MONGODB_DATABASE, "payment-svc").await?;
+            let payment_db = connect(
+                <payment_svc::Payment as participant_kit::ParticipantDefaults>::MONGODB_DATABASE,
+                "payment-svc",
+            )
+            .await?;
             let inventory_db = connect(
-                inventory_svc::config::DEFAULT_MONGODB_DATABASE,
+                <inventory_svc::Inventory as participant_kit::ParticipantDefaults>::MONGODB_DATABASE,
                 "inventory-svc",
             )
             .await?;
@@ -64,7 +67,7 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     shutdown.on_signals();
     let metrics_url = config.metrics.start()?;
     if metrics_url.is_some() {
-        operation_history::metrics::describe();
+        participant_kit::metrics::describe();
     }
     let (payment_store, inventory_store) = participant_stores(&config, &shutdown).await?;
     let saga_store = crate::open_saga_store(
@@ -95,17 +98,15 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     if config.faults.settings().is_enabled() {
         tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
     }
-    let payment_task = tokio::spawn(payment_svc::serve_with(
+    let payment_task = tokio::spawn(payment_svc::serve(
         payment_store,
-        Arc::new(config.faults.build()?),
-        options.clone(),
+        participant_kit::Kit::new(Arc::new(config.faults.build()?), options.clone()),
         payment_listener,
         shutdown.clone(),
     ));
-    let inventory_task = tokio::spawn(inventory_svc::serve_with(
+    let inventory_task = tokio::spawn(inventory_svc::serve(
         inventory_store,
-        Arc::new(config.faults.build()?),
-        options.clone(),
+        participant_kit::Kit::new(Arc::new(config.faults.build()?), options.clone()),
         inventory_listener,
         shutdown.clone(),
     ));

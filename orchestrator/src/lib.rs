@@ -126,9 +126,12 @@ pub async fn serve_with(
         SagaServiceServer::new(grpc::SagaApi::new(app).with_admin(options.admin.clone()))
             .max_decoding_message_size(limit),
     );
-    let routes = server::with_standard_services_limited::<OrderServiceServer<grpc::OrderApi>>(
+    let routes = server::with_standard_services(
         routes,
-        &[<SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME],
+        &[
+            <OrderServiceServer<grpc::OrderApi> as tonic::server::NamedService>::NAME,
+            <SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME,
+        ],
         limit,
     )
     .await?;

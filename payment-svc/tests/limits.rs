@@ -4,12 +4,12 @@
 //! served as usual.
 
 use embedded_store::Durability;
+use participant_kit::faults::Faults;
 use payment_svc::store::SqlitePaymentStore;
 use saga_proto::faults::v1 as faults_pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::payment::v1 as pb;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
-use service_kit::faults::Faults;
 use service_kit::server::{DEFAULT_MAX_REQUEST_BYTES, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use std::net::SocketAddr;
@@ -38,9 +38,14 @@ async fn start(options: ServeOptions) -> Running {
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        payment_svc::serve_with(store, Arc::new(Faults::disabled()), options, listener, stop)
-            .await
-            .expect("payment serve");
+        payment_svc::serve(
+            store,
+            participant_kit::Kit::new(Arc::new(Faults::disabled()), options),
+            listener,
+            stop,
+        )
+        .await
+        .expect("payment serve");
     });
     Running {
         addr,

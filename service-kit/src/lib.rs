@@ -2,11 +2,9 @@
 //!
 //! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
 //!   checked by the admin RPCs and attached by their clients.
-//! - [`faults`]: fault injection in the participants (latency, transient
-//!   errors, refusals, lost replies; seeded, deterministic) and its
-//!   `faults.v1` admin service.
+//! - [`fingerprint`]: a stable digest of a request's parameters, which tells
+//!   a true duplicate (same request id, same parameters) from a reused id.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
-//! - [`participant`]: the participant binaries' flags and start-up, once.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
@@ -15,17 +13,18 @@
 //! - [`trace`]: W3C `traceparent` propagation, so one saga's logs join up
 //!   across the three services.
 //! - [`telemetry`]: `tracing` set-up (text or JSON lines).
+//! - [`time`]: wall-clock milliseconds and protobuf timestamps.
 //! - [`tls`]: rustls TLS flags (`--tls-cert`, `--tls-key`, `--tls-ca`,
 //!   `--tls-client-auth`) for servers and the clients that call them.
 //! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
 
 pub mod auth;
-pub mod faults;
+pub mod fingerprint;
 pub mod metrics;
-pub mod participant;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod time;
 pub mod tls;
 pub mod trace;
 pub mod validate;

@@ -21,7 +21,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::net::TcpListener;
 use tonic::codegen::http;
-use tonic::server::NamedService;
 use tonic::service::Routes;
 use tonic::transport::ServerTlsConfig;
 
@@ -169,28 +168,19 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Adds reflection and health to `routes` and marks service `S` as serving.
-/// Reflection advertises `S`, the other `served` services and health — not
-/// every service in the shared descriptor set.
-pub async fn with_standard_services<S: NamedService>(
+/// Adds reflection and health to `routes`, each accepting requests of at
+/// most `max_request_bytes`, and marks every `served` service as serving.
+/// Reflection advertises the `served` services and health — not every
+/// service in the shared descriptor set.
+pub async fn with_standard_services(
     routes: Routes,
-    served: &[&str],
-) -> Result<Routes, ServeError> {
-    with_standard_services_limited::<S>(routes, served, DEFAULT_MAX_REQUEST_BYTES).await
-}
-
-/// [`with_standard_services`] whose health and reflection services accept
-/// requests of at most `max_request_bytes`.
-pub async fn with_standard_services_limited<S: NamedService>(
-    routes: Routes,
-    served: &[&str],
+    served: &[&'static str],
     max_request_bytes: usize,
 ) -> Result<Routes, ServeError> {
     let reflection = || {
         let mut builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(saga_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .with_service_name(S::NAME)
             .with_service_name("grpc.health.v1.Health");
         for name in served {
             builder = builder.with_service_name(*name);
@@ -198,7 +188,11 @@ pub async fn with_standard_services_limited<S: NamedService>(
         builder
     };
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter.set_serving::<S>().await;
+    for name in served {
+        reporter
+            .set_service_status(*name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
     Ok(routes
         .add_service(health.max_decoding_message_size(max_request_bytes))
         .add_service(

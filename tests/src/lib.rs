@@ -179,7 +179,7 @@ pub async fn start_participant(
     start_participant_with(
         service,
         storage,
-        Arc::new(service_kit::faults::Faults::disabled()),
+        Arc::new(participant_kit::faults::Faults::disabled()),
         service_kit::server::ServeOptions::default(),
         addr,
     )
@@ -191,7 +191,7 @@ pub async fn start_participant(
 pub async fn start_participant_with(
     service: Service,
     storage: impl Into<Storage>,
-    faults: Arc<service_kit::faults::Faults>,
+    faults: Arc<participant_kit::faults::Faults>,
     options: service_kit::server::ServeOptions,
     addr: Option<SocketAddr>,
 ) -> Running {
@@ -204,17 +204,27 @@ pub async fn start_participant_with(
         Service::Payment => {
             let store = storage.payment().await;
             tokio::spawn(async move {
-                payment_svc::serve_with(store, faults, options, listener, stop)
-                    .await
-                    .expect("payment serve");
+                payment_svc::serve(
+                    store,
+                    participant_kit::Kit::new(faults, options),
+                    listener,
+                    stop,
+                )
+                .await
+                .expect("payment serve");
             })
         }
         Service::Inventory => {
             let store = storage.inventory().await;
             tokio::spawn(async move {
-                inventory_svc::serve_with(store, faults, options, listener, stop)
-                    .await
-                    .expect("inventory serve");
+                inventory_svc::serve(
+                    store,
+                    participant_kit::Kit::new(faults, options),
+                    listener,
+                    stop,
+                )
+                .await
+                .expect("inventory serve");
             })
         }
     };

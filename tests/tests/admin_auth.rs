@@ -6,6 +6,7 @@
 //! (Charge, Deduct, reads) never need it, and with no token configured
 //! everything passes (the dev default).
 
+use participant_kit::faults::{FaultSettings, Faults};
 use saga_proto::faults::v1 as faults_pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::inventory::v1 as inventory;
@@ -14,7 +15,6 @@ use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_tests::{Service, balance, channel, stock};
 use service_kit::auth::{AdminAuth, UNAUTHENTICATED_MESSAGE};
-use service_kit::faults::{FaultSettings, Faults};
 use service_kit::server::ServeOptions;
 use std::net::SocketAddr;
 use std::sync::Arc;

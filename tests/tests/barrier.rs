@@ -169,7 +169,7 @@ async fn deduct_lines_of(
         .recent_operations
         .into_iter()
         .filter(|o| o.kind == "deduct" && o.request_id == request_id)
-        .map(|o| (o.line_index, o.quantity, o.status))
+        .map(|o| (o.line_index.unwrap_or_default(), o.amount, o.status))
         .collect()
 }
 
@@ -186,7 +186,7 @@ async fn account_operations_of(
         .recent_operations
         .into_iter()
         .filter(|o| o.request_id == request_id)
-        .map(|o| (o.kind, o.status, o.amount_cents))
+        .map(|o| (o.kind, o.status, o.amount))
         .collect();
     ops.sort();
     ops
@@ -224,8 +224,10 @@ fn assert_mentions(status: &Status, words: &str) {
     );
 }
 
-const PAY_UNDONE: payment::CompensationEffect = payment::CompensationEffect::Undone;
-const INV_UNDONE: inventory::CompensationEffect = inventory::CompensationEffect::Undone;
+const PAY_UNDONE: saga_proto::participant::v1::CompensationEffect =
+    saga_proto::participant::v1::CompensationEffect::Undone;
+const INV_UNDONE: saga_proto::participant::v1::CompensationEffect =
+    saga_proto::participant::v1::CompensationEffect::Undone;
 
 // ------------------------------------------------------- 1. duplicates
 
@@ -476,7 +478,7 @@ async fn a_refund_before_its_charge_is_a_null_compensation_and_the_late_charge_i
     let early = refund(&mut pay, "order-1", "alice", 300).await.unwrap();
     assert_eq!(
         early.effect(),
-        payment::CompensationEffect::NullCompensation
+        saga_proto::participant::v1::CompensationEffect::NullCompensation
     );
     assert!(!early.replayed);
     assert_eq!(stack.balance("alice").await, 1_000, "nothing refunded");
@@ -484,7 +486,7 @@ async fn a_refund_before_its_charge_is_a_null_compensation_and_the_late_charge_i
     let again = refund(&mut pay, "order-1", "alice", 300).await.unwrap();
     assert_eq!(
         again.effect(),
-        payment::CompensationEffect::NullCompensation
+        saga_proto::participant::v1::CompensationEffect::NullCompensation
     );
     assert!(again.replayed);
     assert_eq!(stack.balance("alice").await, 1_000);
@@ -519,7 +521,7 @@ async fn a_null_refund_for_an_unknown_customer_creates_no_account() {
     let early = refund(&mut pay, "order-1", "nobody", 300).await.unwrap();
     assert_eq!(
         early.effect(),
-        payment::CompensationEffect::NullCompensation
+        saga_proto::participant::v1::CompensationEffect::NullCompensation
     );
     refused(account(&mut pay, "nobody").await, Code::NotFound);
     let late = refused(
@@ -541,7 +543,7 @@ async fn a_restock_before_its_deduct_is_a_null_compensation_and_the_late_deduct_
     let early = restock(&mut inv, "order-1", &order).await.unwrap();
     assert_eq!(
         early.effect(),
-        inventory::CompensationEffect::NullCompensation
+        saga_proto::participant::v1::CompensationEffect::NullCompensation
     );
     assert!(!early.replayed);
     assert_eq!(
@@ -553,7 +555,7 @@ async fn a_restock_before_its_deduct_is_a_null_compensation_and_the_late_deduct_
     let again = restock(&mut inv, "order-1", &order).await.unwrap();
     assert_eq!(
         again.effect(),
-        inventory::CompensationEffect::NullCompensation
+        saga_proto::participant::v1::CompensationEffect::NullCompensation
     );
     assert!(again.replayed);
 
@@ -846,12 +848,18 @@ async fn refunding_a_refused_charge_has_nothing_to_undo() {
     );
 
     let first = refund(&mut pay, "order-1", "alice", 250).await.unwrap();
-    assert_eq!(first.effect(), payment::CompensationEffect::NothingToUndo);
+    assert_eq!(
+        first.effect(),
+        saga_proto::participant::v1::CompensationEffect::NothingToUndo
+    );
     assert!(!first.replayed);
     assert_eq!(stack.balance("alice").await, 100, "no money appeared");
 
     let again = refund(&mut pay, "order-1", "alice", 250).await.unwrap();
-    assert_eq!(again.effect(), payment::CompensationEffect::NothingToUndo);
+    assert_eq!(
+        again.effect(),
+        saga_proto::participant::v1::CompensationEffect::NothingToUndo
+    );
     assert!(again.replayed);
     assert_eq!(stack.balance("alice").await, 100);
     assert_eq!(
@@ -876,7 +884,10 @@ async fn restocking_a_refused_deduct_has_nothing_to_undo() {
     );
 
     let first = restock(&mut inv, "order-1", &order).await.unwrap();
-    assert_eq!(first.effect(), inventory::CompensationEffect::NothingToUndo);
+    assert_eq!(
+        first.effect(),
+        saga_proto::participant::v1::CompensationEffect::NothingToUndo
+    );
     assert!(!first.replayed);
     assert_eq!(
         (stack.stock("apple").await, stack.stock("pear").await),
@@ -885,7 +896,10 @@ async fn restocking_a_refused_deduct_has_nothing_to_undo() {
     );
 
     let again = restock(&mut inv, "order-1", &order).await.unwrap();
-    assert_eq!(again.effect(), inventory::CompensationEffect::NothingToUndo);
+    assert_eq!(
+        again.effect(),
+        saga_proto::participant::v1::CompensationEffect::NothingToUndo
+    );
     assert!(again.replayed);
     assert_eq!(
         (stack.stock("apple").await, stack.stock("pear").await),

@@ -5,6 +5,9 @@
 //! sequence is deterministic for a seed, bad settings are refused naming the
 //! field, and both participants advertise the admin service.
 
+use participant_kit::faults::{
+    FaultSettings, Faults, LOST_REPLY_MESSAGE, REFUSAL_MESSAGE, TRANSIENT_MESSAGE,
+};
 use saga_proto::faults::v1 as pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::inventory::v1 as inventory;
@@ -12,9 +15,6 @@ use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_tests::{Service, balance, channel, stock};
-use service_kit::faults::{
-    FaultSettings, Faults, LOST_REPLY_MESSAGE, REFUSAL_MESSAGE, TRANSIENT_MESSAGE,
-};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -203,7 +203,10 @@ async fn a_lost_reply_is_applied_and_a_retry_replays_it() {
         .expect("retry")
         .into_inner();
     assert!(retry.replayed);
-    assert_eq!(retry.effect(), payment::CompensationEffect::Undone);
+    assert_eq!(
+        retry.effect(),
+        saga_proto::participant::v1::CompensationEffect::Undone
+    );
     assert_eq!(balance(pay.addr, "alice").await, 1_000, "refunded once");
     assert_eq!(pay.status().await.dropped_replies, 2);
     pay.stop().await;
@@ -299,7 +302,10 @@ async fn only_actions_are_refused() {
         .await
         .expect("a compensation is never refused")
         .into_inner();
-    assert_eq!(undone.effect(), payment::CompensationEffect::Undone);
+    assert_eq!(
+        undone.effect(),
+        saga_proto::participant::v1::CompensationEffect::Undone
+    );
     let null = client
         .refund(refund("c-2", "alice", 100))
         .await
@@ -307,7 +313,7 @@ async fn only_actions_are_refused() {
         .into_inner();
     assert_eq!(
         null.effect(),
-        payment::CompensationEffect::NothingToUndo,
+        saga_proto::participant::v1::CompensationEffect::NothingToUndo,
         "the injected refusal is recorded like any refusal"
     );
     assert_eq!(balance(pay.addr, "alice").await, 1_000);
@@ -345,7 +351,10 @@ async fn only_actions_are_refused() {
         .await
         .expect("a compensation is never refused")
         .into_inner();
-    assert_eq!(undone.effect(), inventory::CompensationEffect::Undone);
+    assert_eq!(
+        undone.effect(),
+        saga_proto::participant::v1::CompensationEffect::Undone
+    );
     assert_eq!(stock(inv.addr, "sku").await, 10);
     add_stock(&inv, "other", 1).await;
     assert_eq!(inv.status().await.refusals, 1);

@@ -268,7 +268,7 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
     let addr = free_port();
     service_kit::metrics::serve_metrics(addr).expect("install the Prometheus recorder");
     // What the participant binaries call after starting the exporter.
-    operation_history::metrics::describe();
+    participant_kit::metrics::describe();
 
     let stack = Stack::start().await;
     stack.deposit("alice", 100_000).await;
@@ -314,7 +314,10 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
         .await
         .expect("refund")
         .into_inner();
-    assert_eq!(null.effect(), payment::CompensationEffect::NullCompensation);
+    assert_eq!(
+        null.effect(),
+        saga_proto::participant::v1::CompensationEffect::NullCompensation
+    );
     let hanging = charge(&stack, "m-null", "alice", 20)
         .await
         .expect_err("hanging charge");

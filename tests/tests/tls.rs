@@ -7,12 +7,12 @@
 //! signed.
 
 use embedded_store::Durability;
+use participant_kit::faults::Faults;
 use payment_svc::store::SqlitePaymentStore;
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use service_kit::auth::AdminConfig;
-use service_kit::faults::Faults;
 use service_kit::server::{LimitsConfig, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use service_kit::tls::{TlsConfig, client_endpoint, error_chain};
@@ -121,9 +121,14 @@ impl Payment {
         let shutdown = Shutdown::new();
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
-            payment_svc::serve_with(store, Arc::new(Faults::disabled()), options, listener, stop)
-                .await
-                .expect("payment serve");
+            payment_svc::serve(
+                store,
+                participant_kit::Kit::new(Arc::new(Faults::disabled()), options),
+                listener,
+                stop,
+            )
+            .await
+            .expect("payment serve");
         });
         Payment {
             addr,

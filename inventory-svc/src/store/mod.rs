@@ -14,19 +14,24 @@ pub use mongo::MongoInventoryStore;
 pub use sqlite::SqliteInventoryStore;
 
 use async_trait::async_trait;
-use operation_history::{
-    ActionReply, CompensationResult, Fingerprint, OperationRecord, ParticipantError,
+use participant_kit::{
+    ActionReply, Admission, CompensationResult, OperationRecord, ParticipantError,
 };
+use service_kit::fingerprint::Fingerprint;
 
-/// Operation kinds recorded in the operationHistory.
+/// Operation kind of a deduction in the operationHistory.
 pub const DEDUCT: &str = "deduct";
+/// Operation kind of a restock (the compensation of a deduction).
 pub const RESTOCK: &str = "restock";
+/// Operation kind of a stock addition.
 pub const ADD_STOCK: &str = "add_stock";
 
 /// One order line: units of one product.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
+    /// The product.
     pub product_id: String,
+    /// Units (positive).
     pub quantity: i64,
 }
 
@@ -34,6 +39,7 @@ pub struct Line {
 /// Restock, its compensation, carries the same value to put them back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deduction {
+    /// The caller's idempotency key.
     pub request_id: String,
     /// In order; a line's position is its stable `line_index`.
     pub lines: Vec<Line>,
@@ -62,8 +68,11 @@ impl Deduction {
 /// Units added to one product, identified by `request_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StockAddition {
+    /// The caller's idempotency key.
     pub request_id: String,
+    /// The product (created if absent).
     pub product_id: String,
+    /// Units added (positive).
     pub quantity: i64,
 }
 
@@ -81,6 +90,7 @@ impl StockAddition {
 /// order line, or a stock addition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProductOperation {
+    /// The operation's idempotency key.
     pub request_id: String,
     /// `deduct` or `add_stock`.
     pub kind: String,
@@ -91,6 +101,7 @@ pub struct ProductOperation {
     pub quantity: i64,
     /// The order line (deduct only).
     pub line_index: Option<i32>,
+    /// The recorded detail (a refusal's reason, the availability after).
     pub detail: String,
     /// Milliseconds since the Unix epoch.
     pub recorded_at_ms: i64,
@@ -113,7 +124,9 @@ impl From<OperationRecord> for ProductOperation {
 /// Availability and recent history of one product.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProductView {
+    /// The product.
     pub product_id: String,
+    /// Units available.
     pub available: i64,
     /// Newest first.
     pub recent_operations: Vec<ProductOperation>,
@@ -151,17 +164,13 @@ impl ProductView {
 #[async_trait]
 pub trait InventoryStore: Send + Sync + 'static {
     /// Takes every line, or nothing: refused when a product is unknown or
-    /// short (quantities of repeated products are added up first).
-    async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError>;
-
-    /// Refuses the deduction for a reason decided outside the stock rules
-    /// (an injected fault): recorded like any refusal if the request id is
-    /// new, else the recorded outcome is replayed — never applied, never
-    /// undone.
-    async fn refuse_deduct(
+    /// short (quantities of repeated products are added up first), or when
+    /// `admission` says so (through the barrier: a deduction already
+    /// applied stays applied).
+    async fn deduct(
         &self,
         deduction: Deduction,
-        refusal: operation_history::Refusal,
+        admission: Admission,
     ) -> Result<ActionReply<()>, ParticipantError>;
 
     /// Compensates the deduction with the same request id and lines.

@@ -26,8 +26,8 @@ use futures::TryStreamExt;
 use mongo_client::{duplicate_key, index, int64};
 use mongodb::Database;
 use mongodb::error::Error;
-use operation_history::mongo::{self as history, MongoHistory, unavailable};
-use operation_history::{ActionReply, CompensationResult, ParticipantError};
+use participant_kit::mongo::{self as history, MongoHistory, unavailable};
+use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
 
 const PRODUCTS: &str = "products";
 const DEDUCT_LINES: &str = "deduct_lines";
@@ -216,18 +216,13 @@ impl StockTx for MongoHistory<'_> {
 
 #[async_trait]
 impl InventoryStore for MongoInventoryStore {
-    async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError> {
-        history::transact(&self.db, deduction, |tx, d| stock::deduct(tx, d).boxed()).await
-    }
-
-    async fn refuse_deduct(
+    async fn deduct(
         &self,
         deduction: Deduction,
-        refusal: operation_history::Refusal,
+        admission: Admission,
     ) -> Result<ActionReply<()>, ParticipantError> {
-        history::transact(&self.db, deduction, move |tx, d| {
-            let refusal = refusal.clone();
-            async move { stock::refuse_deduct(tx, d, &refusal).await }.boxed()
+        history::transact(&self.db, (deduction, admission), |tx, (d, a)| {
+            stock::deduct(tx, d, a).boxed()
         })
         .await
     }

@@ -12,8 +12,9 @@ use super::stock::{self, LineStatus, RecordedLine, StockTx};
 use super::{DEDUCT, Deduction, InventoryStore, ProductOperation, ProductView, StockAddition};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
-use operation_history::sqlite::{self as history, SqliteHistory};
-use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError};
+use futures::FutureExt;
+use participant_kit::sqlite::{self as history, SqliteHistory, transact};
+use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 
@@ -42,6 +43,7 @@ pub struct SqliteInventoryStore {
 }
 
 impl SqliteInventoryStore {
+    /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, DbError> {
         let schema = format!("{}{}", history::SCHEMA, SCHEMA);
         Ok(SqliteInventoryStore {
@@ -137,10 +139,6 @@ impl StockTx for SqliteHistory<'_> {
     }
 }
 
-fn collapse<T>(result: Result<T, Failure<rusqlite::Error>>) -> Result<T, ParticipantError> {
-    result.map_err(Failure::into_participant_error)
-}
-
 /// The most recent deduct lines of one product, newest first.
 fn recent_lines(
     conn: &Connection,
@@ -187,56 +185,32 @@ fn product_in(
 
 #[async_trait]
 impl InventoryStore for SqliteInventoryStore {
-    async fn deduct(&self, deduction: Deduction) -> Result<ActionReply<()>, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(stock::deduct(
-                    &mut SqliteHistory::new(conn),
-                    &deduction,
-                )))
-            })
-            .await
-    }
-
-    async fn refuse_deduct(
+    async fn deduct(
         &self,
         deduction: Deduction,
-        refusal: operation_history::Refusal,
+        admission: Admission,
     ) -> Result<ActionReply<()>, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(stock::refuse_deduct(
-                    &mut SqliteHistory::new(conn),
-                    &deduction,
-                    &refusal,
-                )))
-            })
-            .await
+        transact(&self.db, (deduction, admission), |tx, (d, a)| {
+            stock::deduct(tx, d, a).boxed_local()
+        })
+        .await
     }
 
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(stock::restock(
-                    &mut SqliteHistory::new(conn),
-                    &deduction,
-                )))
-            })
-            .await
+        transact(&self.db, deduction, |tx, d| {
+            stock::restock(tx, d).boxed_local()
+        })
+        .await
     }
 
     async fn add_stock(
         &self,
         addition: StockAddition,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(stock::add_stock(
-                    &mut SqliteHistory::new(conn),
-                    &addition,
-                )))
-            })
-            .await
+        transact(&self.db, addition, |tx, a| {
+            stock::add_stock(tx, a).boxed_local()
+        })
+        .await
     }
 
     async fn product(
@@ -313,7 +287,7 @@ mod tests {
             .unwrap();
 
         let result = store
-            .deduct(order("o1", &[("apple", 2), ("apple", 3)]))
+            .deduct(order("o1", &[("apple", 2), ("apple", 3)]), Admission::Apply)
             .await;
         assert!(
             matches!(result, Err(ParticipantError::Corrupt(ref m)) if m.contains("line 1")),

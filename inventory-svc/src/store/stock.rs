@@ -15,11 +15,13 @@
 //! safe because the transaction isolates each read from its write.
 
 use super::{ADD_STOCK, DEDUCT, Deduction, RESTOCK, StockAddition};
-use operation_history::{
-    ActionGate, ActionReply, CompensationGate, CompensationResult, Failure, Fingerprint, HistoryTx,
+use participant_kit::{
+    ActionGate, ActionReply, Admission, CompensationGate, CompensationResult, Failure, HistoryTx,
     Operation, ParticipantError, Refusal, RefusalReason, begin_action, begin_compensation, finish,
-    finish_compensation, now_ms, refuse, replay,
+    finish_compensation, refuse, replay,
 };
+use service_kit::fingerprint::Fingerprint;
+use service_kit::time::now_ms;
 use std::collections::HashMap;
 use std::future::Future;
 
@@ -238,13 +240,20 @@ async fn take_lines<T: StockTx>(tx: &mut T, d: &Deduction) -> Result<(), Failure
 }
 
 /// Takes every line, or nothing: refused when a product is unknown or short.
+/// A refusal decided outside the stock rules (`admission`) goes through the
+/// barrier too (see [`participant_kit::refuse`]): a deduction already
+/// applied stays applied.
 pub async fn deduct<T: StockTx>(
     tx: &mut T,
     d: &Deduction,
+    admission: &Admission,
 ) -> Result<ActionReply<()>, Failure<T::Error>> {
     let amount = total_units(d).map_err(Failure::Refused)?;
     let fingerprint = d.fingerprint();
     let op = deduct_operation(d, amount, &fingerprint);
+    if let Admission::Refuse(refusal) = admission {
+        return refuse(tx, &op, refusal, |_| Ok(())).await;
+    }
     if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
         return replay(recorded, |_| Ok(()));
     }
@@ -256,24 +265,6 @@ pub async fn deduct<T: StockTx>(
         }
     };
     finish(tx, &op, outcome, |_| String::new()).await
-}
-
-/// Refuses the deduction for an outside reason, through the barrier (see
-/// [`operation_history::refuse`]): a deduction already applied stays applied.
-pub async fn refuse_deduct<T: StockTx>(
-    tx: &mut T,
-    d: &Deduction,
-    refusal: &Refusal,
-) -> Result<ActionReply<()>, Failure<T::Error>> {
-    let amount = total_units(d).map_err(Failure::Refused)?;
-    let fingerprint = d.fingerprint();
-    refuse(
-        tx,
-        &deduct_operation(d, amount, &fingerprint),
-        refusal,
-        |_| Ok(()),
-    )
-    .await
 }
 
 /// Compensates the deduction with the same request id and lines: puts back

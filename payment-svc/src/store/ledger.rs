@@ -7,11 +7,12 @@
 //! which is safe because the transaction isolates the read from the write.
 
 use super::{CHARGE, DEPOSIT, REFUND, Transfer};
-use operation_history::{
-    ActionGate, ActionReply, CompensationGate, CompensationResult, Failure, Fingerprint, HistoryTx,
+use participant_kit::{
+    ActionGate, ActionReply, Admission, CompensationGate, CompensationResult, Failure, HistoryTx,
     Operation, ParticipantError, Refusal, RefusalReason, begin_action, begin_compensation, finish,
     finish_compensation, refuse, replay,
 };
+use service_kit::fingerprint::Fingerprint;
 use std::future::Future;
 
 /// What the payment rules need from a store transaction.
@@ -52,13 +53,19 @@ fn balance(detail: &str) -> Result<i64, ParticipantError> {
     })
 }
 
-/// Takes the amount from the balance, or records why not.
+/// Takes the amount from the balance, or records why not. A refusal decided
+/// outside the ledger (`admission`) goes through the barrier too (see
+/// [`participant_kit::refuse`]): a charge already applied stays applied.
 pub async fn charge<T: LedgerTx>(
     tx: &mut T,
     t: &Transfer,
+    admission: &Admission,
 ) -> Result<ActionReply<i64>, Failure<T::Error>> {
     let fingerprint = t.fingerprint();
     let op = operation(t, CHARGE, &fingerprint);
+    if let Admission::Refuse(refusal) = admission {
+        return refuse(tx, &op, refusal, balance).await;
+    }
     if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
         return replay(recorded, balance);
     }
@@ -83,17 +90,6 @@ pub async fn charge<T: LedgerTx>(
         }
     };
     finish(tx, &op, outcome, i64::to_string).await
-}
-
-/// Refuses the charge for an outside reason, through the barrier (see
-/// [`operation_history::refuse`]): a charge already applied stays applied.
-pub async fn refuse_charge<T: LedgerTx>(
-    tx: &mut T,
-    t: &Transfer,
-    refusal: &Refusal,
-) -> Result<ActionReply<i64>, Failure<T::Error>> {
-    let fingerprint = t.fingerprint();
-    refuse(tx, &operation(t, CHARGE, &fingerprint), refusal, balance).await
 }
 
 /// Compensates the charge with the same request id and parameters.

@@ -13,19 +13,26 @@ pub use mongo::MongoPaymentStore;
 pub use sqlite::SqlitePaymentStore;
 
 use async_trait::async_trait;
-use operation_history::CompensationResult;
-use operation_history::{ActionReply, Fingerprint, OperationRecord, ParticipantError};
+use participant_kit::{
+    ActionReply, Admission, CompensationResult, OperationRecord, ParticipantError,
+};
+use service_kit::fingerprint::Fingerprint;
 
-/// Operation kinds recorded in the operationHistory.
+/// Operation kind of a charge in the operationHistory.
 pub const CHARGE: &str = "charge";
+/// Operation kind of a refund (the compensation of a charge).
 pub const REFUND: &str = "refund";
+/// Operation kind of a deposit.
 pub const DEPOSIT: &str = "deposit";
 
 /// A movement of money for one customer, identified by `request_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transfer {
+    /// The caller's idempotency key.
     pub request_id: String,
+    /// Whose balance moves.
     pub customer_id: String,
+    /// How much, in cents (positive).
     pub amount_cents: i64,
 }
 
@@ -42,7 +49,9 @@ impl Transfer {
 /// Balance and recent history of one account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountView {
+    /// The account.
     pub customer_id: String,
+    /// Its balance in cents.
     pub balance_cents: i64,
     /// Newest first.
     pub recent_operations: Vec<OperationRecord>,
@@ -52,16 +61,13 @@ pub struct AccountView {
 #[async_trait]
 pub trait PaymentStore: Send + Sync + 'static {
     /// Takes the amount from the balance; refused when the account is
-    /// unknown or short. Returns the balance after the charge.
-    async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError>;
-
-    /// Refuses the charge for a reason decided outside the ledger (an
-    /// injected fault): recorded like any refusal if the request id is new,
-    /// else the recorded outcome is replayed — never applied, never undone.
-    async fn refuse_charge(
+    /// unknown or short, or when `admission` says so (through the barrier:
+    /// a charge already applied stays applied). Returns the balance after
+    /// the charge.
+    async fn charge(
         &self,
         charge: Transfer,
-        refusal: operation_history::Refusal,
+        admission: Admission,
     ) -> Result<ActionReply<i64>, ParticipantError>;
 
     /// Compensates the charge with the same request id and parameters.

@@ -17,8 +17,8 @@ use futures::FutureExt;
 use mongo_client::int64;
 use mongodb::Database;
 use mongodb::error::Error;
-use operation_history::mongo::{self as history, MongoHistory, unavailable};
-use operation_history::{ActionReply, CompensationResult, ParticipantError, Refusal};
+use participant_kit::mongo::{self as history, MongoHistory, unavailable};
+use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
 
 const ACCOUNTS: &str = "accounts";
 
@@ -66,18 +66,13 @@ impl LedgerTx for MongoHistory<'_> {
 
 #[async_trait]
 impl PaymentStore for MongoPaymentStore {
-    async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        history::transact(&self.db, charge, |tx, t| ledger::charge(tx, t).boxed()).await
-    }
-
-    async fn refuse_charge(
+    async fn charge(
         &self,
         charge: Transfer,
-        refusal: Refusal,
+        admission: Admission,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        history::transact(&self.db, charge, move |tx, t| {
-            let refusal = refusal.clone();
-            async move { ledger::refuse_charge(tx, t, &refusal).await }.boxed()
+        history::transact(&self.db, (charge, admission), |tx, (t, a)| {
+            ledger::charge(tx, t, a).boxed()
         })
         .await
     }

@@ -1,13 +1,15 @@
 //! The embedded payment store: accounts and the operationHistory in one
-//! SQLite file; every call is one savepoint of a group commit, running the
-//! shared rules in [`super::ledger`].
+//! SQLite file; every call is one savepoint of a group commit
+//! ([`participant_kit::sqlite::transact`]), running the shared rules in
+//! [`super::ledger`].
 
 use super::ledger::{self, LedgerTx};
 use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
-use operation_history::sqlite::{self as history, SqliteHistory};
-use operation_history::{ActionReply, CompensationResult, Failure, ParticipantError, Refusal};
+use futures::FutureExt;
+use participant_kit::sqlite::{self as history, SqliteHistory, transact};
+use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
 use rusqlite::{OptionalExtension, params};
 use std::path::Path;
 
@@ -25,6 +27,7 @@ pub struct SqlitePaymentStore {
 }
 
 impl SqlitePaymentStore {
+    /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, DbError> {
         let schema = format!("{}{}", history::SCHEMA, SCHEMA);
         Ok(SqlitePaymentStore {
@@ -52,59 +55,31 @@ impl LedgerTx for SqliteHistory<'_> {
     }
 }
 
-fn collapse<T>(result: Result<T, Failure<rusqlite::Error>>) -> Result<T, ParticipantError> {
-    result.map_err(Failure::into_participant_error)
-}
-
 #[async_trait]
 impl PaymentStore for SqlitePaymentStore {
-    async fn charge(&self, charge: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(ledger::charge(
-                    &mut SqliteHistory::new(conn),
-                    &charge,
-                )))
-            })
-            .await
-    }
-
-    async fn refuse_charge(
+    async fn charge(
         &self,
         charge: Transfer,
-        refusal: Refusal,
+        admission: Admission,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(ledger::refuse_charge(
-                    &mut SqliteHistory::new(conn),
-                    &charge,
-                    &refusal,
-                )))
-            })
-            .await
+        transact(&self.db, (charge, admission), |tx, (t, a)| {
+            ledger::charge(tx, t, a).boxed_local()
+        })
+        .await
     }
 
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(ledger::refund(
-                    &mut SqliteHistory::new(conn),
-                    &refund,
-                )))
-            })
-            .await
+        transact(&self.db, refund, |tx, t| {
+            ledger::refund(tx, t).boxed_local()
+        })
+        .await
     }
 
     async fn deposit(&self, deposit: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        self.db
-            .write(move |conn| {
-                collapse(SqliteHistory::run(ledger::deposit(
-                    &mut SqliteHistory::new(conn),
-                    &deposit,
-                )))
-            })
-            .await
+        transact(&self.db, deposit, |tx, t| {
+            ledger::deposit(tx, t).boxed_local()
+        })
+        .await
     }
 
     async fn account(

@@ -1,7 +1,9 @@
 //! What every `InventoryStore` must do, whatever it stores in.
 
 use inventory_svc::store::{DEDUCT, Deduction, InventoryStore, Line, StockAddition};
-use operation_history::{ActionReply, CompensationEffect, ParticipantError, RefusalReason};
+use participant_kit::{
+    ActionReply, Admission, CompensationEffect, ParticipantError, RefusalReason,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,7 +101,10 @@ pub async fn multi_line_deduct_is_all_or_nothing_and_its_refusal_is_replayed(sto
     stock(&store, "pear", 1).await;
 
     let order = deduction("o1", &[("apple", 3), ("pear", 2)]);
-    let first = store.deduct(order.clone()).await.expect("deduct");
+    let first = store
+        .deduct(order.clone(), Admission::Apply)
+        .await
+        .expect("deduct");
     let ActionReply::Refused { refusal, replayed } = first else {
         panic!("expected a refusal, got {first:?}");
     };
@@ -117,7 +122,10 @@ pub async fn multi_line_deduct_is_all_or_nothing_and_its_refusal_is_replayed(sto
 
     // The same call later, even with stock now there, gets the same answer.
     stock(&store, "pear", 5).await;
-    let again = store.deduct(order).await.expect("deduct again");
+    let again = store
+        .deduct(order, Admission::Apply)
+        .await
+        .expect("deduct again");
     assert_eq!(
         again,
         ActionReply::Refused {
@@ -131,7 +139,10 @@ pub async fn multi_line_deduct_is_all_or_nothing_and_its_refusal_is_replayed(sto
 
     // Repeated products are added up before the check: 6 + 5 > 10.
     let split = store
-        .deduct(deduction("o2", &[("apple", 6), ("pear", 1), ("apple", 5)]))
+        .deduct(
+            deduction("o2", &[("apple", 6), ("pear", 1), ("apple", 5)]),
+            Admission::Apply,
+        )
         .await
         .expect("deduct");
     assert!(
@@ -146,7 +157,10 @@ pub async fn multi_line_deduct_is_all_or_nothing_and_its_refusal_is_replayed(sto
 
     // An unknown product refuses the whole order too.
     let unknown = store
-        .deduct(deduction("o3", &[("apple", 1), ("plum", 1)]))
+        .deduct(
+            deduction("o3", &[("apple", 1), ("plum", 1)]),
+            Admission::Apply,
+        )
         .await
         .expect("deduct");
     let ActionReply::Refused { refusal, .. } = unknown else {
@@ -159,7 +173,10 @@ pub async fn multi_line_deduct_is_all_or_nothing_and_its_refusal_is_replayed(sto
 
     // When everything fits, every line is taken.
     let ok = store
-        .deduct(deduction("o4", &[("apple", 6), ("pear", 1), ("apple", 4)]))
+        .deduct(
+            deduction("o4", &[("apple", 6), ("pear", 1), ("apple", 4)]),
+            Admission::Apply,
+        )
         .await
         .expect("deduct");
     assert_eq!(
@@ -180,8 +197,14 @@ pub async fn multi_line_deduct_is_all_or_nothing_and_its_refusal_is_replayed(sto
 pub async fn duplicate_deduct_replays_without_a_second_effect(store: Store) {
     stock(&store, "apple", 10).await;
     let order = deduction("o1", &[("apple", 4)]);
-    let first = store.deduct(order.clone()).await.expect("deduct");
-    let second = store.deduct(order).await.expect("deduct again");
+    let first = store
+        .deduct(order.clone(), Admission::Apply)
+        .await
+        .expect("deduct");
+    let second = store
+        .deduct(order, Admission::Apply)
+        .await
+        .expect("deduct again");
     assert_eq!(
         first,
         ActionReply::Applied {
@@ -208,7 +231,7 @@ pub async fn fifty_concurrent_duplicate_deducts_take_stock_once(store: Store) {
         .map(|_| {
             let store = store.clone();
             let order = order.clone();
-            tokio::spawn(async move { store.deduct(order).await })
+            tokio::spawn(async move { store.deduct(order, Admission::Apply).await })
         })
         .collect();
     let mut fresh = 0;
@@ -236,7 +259,10 @@ pub async fn restock_puts_back_once_even_when_repeated(store: Store) {
     stock(&store, "apple", 10).await;
     stock(&store, "pear", 3).await;
     let order = deduction("o1", &[("apple", 4), ("pear", 3), ("apple", 1)]);
-    store.deduct(order.clone()).await.expect("deduct");
+    store
+        .deduct(order.clone(), Admission::Apply)
+        .await
+        .expect("deduct");
     assert_eq!(available(&store, "apple").await, Some(5));
     assert_eq!(available(&store, "pear").await, Some(0));
 
@@ -258,7 +284,10 @@ pub async fn restock_puts_back_once_even_when_repeated(store: Store) {
 
     // A deduct retried after its restock replays its recorded outcome and
     // takes nothing again.
-    let late = store.deduct(order).await.expect("late deduct");
+    let late = store
+        .deduct(order, Admission::Apply)
+        .await
+        .expect("late deduct");
     assert_eq!(
         late,
         ActionReply::Applied {
@@ -270,7 +299,10 @@ pub async fn restock_puts_back_once_even_when_repeated(store: Store) {
 
     // Compensating a refused deduct has nothing to undo.
     let refused = deduction("o2", &[("pear", 100)]);
-    let reply = store.deduct(refused.clone()).await.expect("deduct");
+    let reply = store
+        .deduct(refused.clone(), Admission::Apply)
+        .await
+        .expect("deduct");
     assert!(matches!(reply, ActionReply::Refused { .. }), "{reply:?}");
     let result = store.restock(refused).await.expect("restock");
     assert_eq!(result.effect, CompensationEffect::NothingToUndo);
@@ -281,7 +313,10 @@ pub async fn twenty_concurrent_restocks_put_back_once(store: Store) {
     stock(&store, "apple", 10).await;
     stock(&store, "pear", 10).await;
     let order = deduction("r1", &[("apple", 4), ("pear", 2), ("apple", 3)]);
-    store.deduct(order.clone()).await.expect("deduct");
+    store
+        .deduct(order.clone(), Admission::Apply)
+        .await
+        .expect("deduct");
     let calls: Vec<_> = (0..20)
         .map(|_| {
             let store = store.clone();
@@ -314,7 +349,7 @@ pub async fn null_compensation_then_late_deduct_is_refused_without_effect(store:
     assert_eq!(available(&store, "apple").await, Some(10));
 
     for _ in 0..2 {
-        let late = store.deduct(order.clone()).await;
+        let late = store.deduct(order.clone(), Admission::Apply).await;
         assert!(
             matches!(late, Err(ParticipantError::AlreadyCompensated(_))),
             "{late:?}"
@@ -332,7 +367,10 @@ pub async fn parameter_mismatch_is_refused_and_changes_nothing(store: Store) {
     stock(&store, "apple", 10).await;
     stock(&store, "pear", 10).await;
     store
-        .deduct(deduction("o1", &[("apple", 3), ("pear", 1)]))
+        .deduct(
+            deduction("o1", &[("apple", 3), ("pear", 1)]),
+            Admission::Apply,
+        )
         .await
         .expect("deduct");
 
@@ -341,7 +379,7 @@ pub async fn parameter_mismatch_is_refused_and_changes_nothing(store: Store) {
         deduction("o1", &[("pear", 1), ("apple", 3)]),
         deduction("o1", &[("apple", 3)]),
     ] {
-        let deduct = store.deduct(other.clone()).await;
+        let deduct = store.deduct(other.clone(), Admission::Apply).await;
         assert!(
             matches!(deduct, Err(ParticipantError::ParameterMismatch(ref m)) if m.contains("different parameters")),
             "{deduct:?}"
@@ -443,12 +481,18 @@ pub async fn product_listing_shows_each_line_with_its_index(store: Store) {
     stock(&store, "pear", 20).await;
     tokio::time::sleep(Duration::from_millis(3)).await;
     store
-        .deduct(deduction("o1", &[("apple", 6), ("pear", 1), ("apple", 4)]))
+        .deduct(
+            deduction("o1", &[("apple", 6), ("pear", 1), ("apple", 4)]),
+            Admission::Apply,
+        )
         .await
         .expect("deduct");
     tokio::time::sleep(Duration::from_millis(3)).await;
     store
-        .deduct(deduction("o2", &[("pear", 2), ("apple", 3)]))
+        .deduct(
+            deduction("o2", &[("pear", 2), ("apple", 3)]),
+            Admission::Apply,
+        )
         .await
         .expect("deduct");
     tokio::time::sleep(Duration::from_millis(3)).await;
@@ -537,15 +581,18 @@ pub async fn product_listing_shows_each_line_with_its_index(store: Store) {
 }
 
 pub async fn an_outside_refusal_never_overrides_an_applied_deduct(store: Store) {
-    use operation_history::{Refusal, RefusalReason};
+    use participant_kit::{Refusal, RefusalReason};
     stock(&store, "sku-x", 10).await;
     let outside = || Refusal::new(RefusalReason::Insufficient, "injected business refusal");
     store
-        .deduct(deduction("y1", &[("sku-x", 2)]))
+        .deduct(deduction("y1", &[("sku-x", 2)]), Admission::Apply)
         .await
         .expect("deduct");
     let replayed = store
-        .refuse_deduct(deduction("y1", &[("sku-x", 2)]), outside())
+        .deduct(
+            deduction("y1", &[("sku-x", 2)]),
+            Admission::Refuse(outside()),
+        )
         .await
         .expect("refuse");
     assert_eq!(
@@ -556,7 +603,10 @@ pub async fn an_outside_refusal_never_overrides_an_applied_deduct(store: Store) 
         }
     );
     let refused = store
-        .refuse_deduct(deduction("y2", &[("sku-x", 3)]), outside())
+        .deduct(
+            deduction("y2", &[("sku-x", 3)]),
+            Admission::Refuse(outside()),
+        )
         .await
         .expect("refuse");
     assert!(
@@ -570,7 +620,7 @@ pub async fn an_outside_refusal_never_overrides_an_applied_deduct(store: Store) 
         "{refused:?}"
     );
     let after = store
-        .deduct(deduction("y2", &[("sku-x", 3)]))
+        .deduct(deduction("y2", &[("sku-x", 3)]), Admission::Apply)
         .await
         .expect("deduct");
     assert!(

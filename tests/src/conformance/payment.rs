@@ -1,6 +1,8 @@
 //! What every `PaymentStore` must do, whatever it stores in.
 
-use operation_history::{ActionReply, CompensationEffect, ParticipantError, RefusalReason};
+use participant_kit::{
+    ActionReply, Admission, CompensationEffect, ParticipantError, RefusalReason,
+};
 use payment_svc::store::{PaymentStore, Transfer};
 use std::sync::Arc;
 
@@ -54,7 +56,10 @@ async fn balance(store: &Store, customer: &str) -> Option<i64> {
 
 pub async fn duplicate_charge_replays_without_a_second_effect(store: Store) {
     fund(&store, "alice", 1_000).await;
-    let first = store.charge(t("c1", "alice", 300)).await.expect("charge");
+    let first = store
+        .charge(t("c1", "alice", 300), Admission::Apply)
+        .await
+        .expect("charge");
     assert_eq!(
         first,
         ActionReply::Applied {
@@ -63,7 +68,7 @@ pub async fn duplicate_charge_replays_without_a_second_effect(store: Store) {
         }
     );
     let again = store
-        .charge(t("c1", "alice", 300))
+        .charge(t("c1", "alice", 300), Admission::Apply)
         .await
         .expect("charge again");
     assert_eq!(
@@ -81,7 +86,9 @@ pub async fn fifty_concurrent_duplicate_charges_charge_once(store: Store) {
     let calls: Vec<_> = (0..50)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.charge(t("c50", "alice", 100)).await })
+            tokio::spawn(
+                async move { store.charge(t("c50", "alice", 100), Admission::Apply).await },
+            )
         })
         .collect();
     let mut fresh = 0;
@@ -100,7 +107,10 @@ pub async fn fifty_concurrent_duplicate_charges_charge_once(store: Store) {
 
 pub async fn refund_undoes_exactly_once_even_when_repeated_concurrently(store: Store) {
     fund(&store, "alice", 1_000).await;
-    store.charge(t("r1", "alice", 400)).await.expect("charge");
+    store
+        .charge(t("r1", "alice", 400), Admission::Apply)
+        .await
+        .expect("charge");
     let calls: Vec<_> = (0..20)
         .map(|_| {
             let store = store.clone();
@@ -117,7 +127,7 @@ pub async fn refund_undoes_exactly_once_even_when_repeated_concurrently(store: S
     assert_eq!(balance(&store, "alice").await, Some(1_000));
     // A late duplicate of the charge replays; it does not charge again.
     let late = store
-        .charge(t("r1", "alice", 400))
+        .charge(t("r1", "alice", 400), Admission::Apply)
         .await
         .expect("late charge");
     assert_eq!(
@@ -145,7 +155,7 @@ pub async fn null_compensation_blocks_the_late_charge(store: Store) {
     assert_eq!(again.effect, CompensationEffect::NullCompensation);
     assert!(again.replayed);
     let late = store
-        .charge(t("n1", "alice", 100))
+        .charge(t("n1", "alice", 100), Admission::Apply)
         .await
         .expect_err("hanging charge refused");
     assert!(
@@ -158,9 +168,15 @@ pub async fn null_compensation_blocks_the_late_charge(store: Store) {
 pub async fn reused_request_id_with_other_parameters_changes_nothing(store: Store) {
     fund(&store, "alice", 1_000).await;
     fund(&store, "bob", 1_000).await;
-    store.charge(t("m1", "alice", 100)).await.expect("charge");
+    store
+        .charge(t("m1", "alice", 100), Admission::Apply)
+        .await
+        .expect("charge");
     for other in [t("m1", "alice", 101), t("m1", "bob", 100)] {
-        let err = store.charge(other).await.expect_err("mismatch");
+        let err = store
+            .charge(other, Admission::Apply)
+            .await
+            .expect_err("mismatch");
         assert!(
             matches!(err, ParticipantError::ParameterMismatch(_)),
             "{err:?}"
@@ -187,7 +203,10 @@ pub async fn reused_request_id_with_other_parameters_changes_nothing(store: Stor
 
 pub async fn refusals_are_recorded_and_replayed(store: Store) {
     fund(&store, "bob", 100).await;
-    let refused = store.charge(t("f1", "bob", 250)).await.expect("charge");
+    let refused = store
+        .charge(t("f1", "bob", 250), Admission::Apply)
+        .await
+        .expect("charge");
     let ActionReply::Refused {
         refusal,
         replayed: false,
@@ -198,7 +217,7 @@ pub async fn refusals_are_recorded_and_replayed(store: Store) {
     assert_eq!(refusal.reason, RefusalReason::Insufficient);
     store.deposit(t("more", "bob", 500)).await.expect("deposit");
     let again = store
-        .charge(t("f1", "bob", 250))
+        .charge(t("f1", "bob", 250), Admission::Apply)
         .await
         .expect("charge again");
     assert!(
@@ -206,7 +225,10 @@ pub async fn refusals_are_recorded_and_replayed(store: Store) {
         "{again:?}"
     );
     assert_eq!(balance(&store, "bob").await, Some(600));
-    let unknown = store.charge(t("f2", "nobody", 1)).await.expect("charge");
+    let unknown = store
+        .charge(t("f2", "nobody", 1), Admission::Apply)
+        .await
+        .expect("charge");
     let ActionReply::Refused { refusal, .. } = unknown else {
         panic!("{unknown:?}")
     };
@@ -253,7 +275,10 @@ pub async fn deposits_create_accounts_and_refuse_overflow(store: Store) {
 pub async fn account_lists_recent_operations_newest_first(store: Store) {
     fund(&store, "dave", 1_000).await;
     tokio::time::sleep(std::time::Duration::from_millis(3)).await;
-    store.charge(t("o1", "dave", 10)).await.expect("charge");
+    store
+        .charge(t("o1", "dave", 10), Admission::Apply)
+        .await
+        .expect("charge");
     tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     store.refund(t("o1", "dave", 10)).await.expect("refund");
     let account = store
@@ -283,13 +308,16 @@ pub async fn account_lists_recent_operations_newest_first(store: Store) {
 }
 
 pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) {
-    use operation_history::Refusal;
+    use participant_kit::Refusal;
     fund(&store, "erin", 1_000).await;
     let outside = || Refusal::new(RefusalReason::Insufficient, "injected business refusal");
     // Applied first (its reply lost, say): a later refusal replays "applied".
-    store.charge(t("x1", "erin", 100)).await.expect("charge");
+    store
+        .charge(t("x1", "erin", 100), Admission::Apply)
+        .await
+        .expect("charge");
     let replayed = store
-        .refuse_charge(t("x1", "erin", 100), outside())
+        .charge(t("x1", "erin", 100), Admission::Refuse(outside()))
         .await
         .expect("refuse");
     assert_eq!(
@@ -301,7 +329,7 @@ pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) 
     );
     // Refused first: recorded, so the charge itself now replays the refusal.
     let refused = store
-        .refuse_charge(t("x2", "erin", 100), outside())
+        .charge(t("x2", "erin", 100), Admission::Refuse(outside()))
         .await
         .expect("refuse");
     assert!(
@@ -314,7 +342,10 @@ pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) 
         ),
         "{refused:?}"
     );
-    let after = store.charge(t("x2", "erin", 100)).await.expect("charge");
+    let after = store
+        .charge(t("x2", "erin", 100), Admission::Apply)
+        .await
+        .expect("charge");
     let ActionReply::Refused {
         refusal,
         replayed: true,
@@ -326,7 +357,7 @@ pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) 
     assert_eq!(balance(&store, "erin").await, Some(900));
     // A parameter mismatch is still refused loudly.
     let err = store
-        .refuse_charge(t("x1", "erin", 5), outside())
+        .charge(t("x1", "erin", 5), Admission::Refuse(outside()))
         .await
         .expect_err("mismatch");
     assert!(

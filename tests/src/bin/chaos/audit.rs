@@ -154,7 +154,7 @@ async fn all(db: &mongodb::Database, collection: &str) -> Result<Vec<Document>, 
 
 async fn ops_mongo(db: &mongodb::Database) -> Result<HashMap<(String, String), Op>, String> {
     let mut out = HashMap::new();
-    for d in all(db, operation_history::mongo::COLLECTION).await? {
+    for d in all(db, participant_kit::mongo::COLLECTION).await? {
         let op = Op {
             request_id: text(&d, "request_id")?,
             kind: text(&d, "kind")?,

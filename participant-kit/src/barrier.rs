@@ -1,4 +1,4 @@
-//! The operationHistory barrier, written once for both participants.
+//! The operationHistory barrier: the protocol every participant call follows.
 //!
 //! A saga participant receives calls that may be retried, duplicated,
 //! reordered or late. The barrier makes every such call safe with one rule:
@@ -29,19 +29,8 @@
 //! side is the small [`HistoryTx`] trait, so the embedded (SQLite) and MongoDB
 //! backends share this logic.
 
-mod fingerprint;
-pub mod metrics;
-pub mod mongo;
-mod participant;
-mod record;
-mod reply;
-pub mod sqlite;
-
-pub use fingerprint::Fingerprint;
-pub use participant::{ActionReply, Failure, ParticipantError, Refusal, RefusalReason};
-pub use record::{OperationRecord, RecordStatus, now_ms};
-pub use reply::{finish, refuse, replay};
-
+use crate::record::{OperationRecord, RecordStatus};
+use service_kit::fingerprint::Fingerprint;
 use std::future::Future;
 
 /// Storage operations the barrier needs, run inside one local transaction

@@ -1,7 +1,7 @@
 //! One row of the operationHistory and the states it moves through.
 
 use crate::Operation;
-use std::time::{SystemTime, UNIX_EPOCH};
+use service_kit::time::now_ms;
 
 /// One entry of a participant's operationHistory, unique by
 /// `(request_id, kind)`.
@@ -39,14 +39,6 @@ impl OperationRecord {
             recorded_at_ms: now_ms(),
         }
     }
-}
-
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Where an operation stands. Only `Pending` is transient: it exists inside

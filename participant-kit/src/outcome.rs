@@ -2,7 +2,7 @@
 //! action's reply, a business refusal, and the errors a participant call can
 //! end with — each mapped to one gRPC status in one place.
 
-use crate::BarrierError;
+use crate::barrier::BarrierError;
 use embedded_store::DbError;
 use tonic::Status;
 
@@ -18,6 +18,19 @@ pub enum ActionReply<T> {
         refusal: Refusal,
         replayed: bool,
     },
+}
+
+/// Whether a participant applies an action by its business rules or refuses
+/// it for a reason decided outside them (an injected fault, a fraud check).
+/// Either way the call goes through the barrier: a refusal of a new request
+/// id is recorded like any other, and a request id seen before gets its
+/// recorded outcome replayed (see [`crate::refuse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Apply the business rules.
+    Apply,
+    /// Refuse with this reason instead.
+    Refuse(Refusal),
 }
 
 /// Why a participant refused an action for a business reason.

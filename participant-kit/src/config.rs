@@ -1,40 +1,78 @@
-//! What a participant binary is, written once for payment-svc and
-//! inventory-svc: its flags ([`ParticipantConfig`], with per-service names
-//! and defaults from [`ParticipantDefaults`]) and its start-up sequence
-//! ([`run`]): check TLS and token, connect the store (MongoDB, waiting for it,
-//! or the embedded file), build the fault injector, bind, start metrics,
-//! serve until SIGTERM/SIGINT.
+//! A participant binary's flags, written once: [`ParticipantConfig`], with
+//! the names and defaults that differ per participant given by a
+//! [`ParticipantDefaults`] type (declared with [`participant_defaults!`]).
 
-use crate::auth::AdminConfig;
-use crate::faults::{FaultConfig, Faults};
-use crate::metrics::{MetricsConfig, MetricsDefaults};
-use crate::server::{LimitsConfig, OptionsError, ServeOptions};
-use crate::shutdown::Shutdown;
-use crate::telemetry::LogFormat;
-use crate::tls::TlsConfig;
+use crate::faults::FaultConfig;
 use embedded_store::Durability;
+use service_kit::auth::AdminConfig;
+use service_kit::metrics::{MetricsConfig, MetricsDefaults};
+use service_kit::server::{LimitsConfig, OptionsError, ServeOptions};
+use service_kit::telemetry::LogFormat;
+use service_kit::tls::TlsConfig;
 use std::fmt;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use tokio::net::TcpListener;
+use std::path::PathBuf;
 
 /// Names and defaults that differ between the participants.
 pub trait ParticipantDefaults: MetricsDefaults {
     /// Binary name, e.g. `payment-svc`.
     const NAME: &'static str;
-    /// Env of `--listen`, e.g. `PAYMENT_LISTEN`, and its default.
+    /// One line for `--help`: what this participant does.
+    const ABOUT: &'static str;
+    /// Env of `--listen`, e.g. `PAYMENT_LISTEN`.
     const GRPC_LISTEN_ENV: &'static str;
+    /// Default of `--listen`, e.g. `127.0.0.1:50052`.
     const GRPC_LISTEN: &'static str;
     /// Env of `--data-dir`, e.g. `PAYMENT_DATA_DIR`.
     const DATA_DIR_ENV: &'static str;
     /// File of the embedded store inside the data dir, e.g. `payment.db`.
     const DATABASE_FILE: &'static str;
-    /// Env of `--mongodb-database` and its default.
+    /// Env of `--mongodb-database`, e.g. `PAYMENT_MONGODB_DATABASE`.
     const MONGODB_DATABASE_ENV: &'static str;
+    /// Default of `--mongodb-database`, e.g. `saga_payment`.
     const MONGODB_DATABASE: &'static str;
+}
+
+/// Declares a participant's names and defaults in one line each: the
+/// binary name, the environment prefix (`PAYMENT` gives `PAYMENT_LISTEN`,
+/// `PAYMENT_DATA_DIR`, `PAYMENT_MONGODB_DATABASE`, `PAYMENT_METRICS_LISTEN`),
+/// the default gRPC and metrics addresses, the embedded file and the
+/// MongoDB database.
+#[macro_export]
+macro_rules! participant_defaults {
+    (
+        $(#[$meta:meta])*
+        $type:ident {
+            name: $name:literal,
+            about: $about:literal,
+            env_prefix: $prefix:literal,
+            listen: $listen:literal,
+            metrics_listen: $metrics:literal,
+            database_file: $file:literal,
+            mongodb_database: $database:literal $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $type;
+
+        impl $crate::__private::MetricsDefaults for $type {
+            const LISTEN_ENV: &'static str = concat!($prefix, "_METRICS_LISTEN");
+            const LISTEN: &'static str = $metrics;
+        }
+
+        impl $crate::ParticipantDefaults for $type {
+            const NAME: &'static str = $name;
+            const ABOUT: &'static str = $about;
+            const GRPC_LISTEN_ENV: &'static str = concat!($prefix, "_LISTEN");
+            const GRPC_LISTEN: &'static str = $listen;
+            const DATA_DIR_ENV: &'static str = concat!($prefix, "_DATA_DIR");
+            const DATABASE_FILE: &'static str = $file;
+            const MONGODB_DATABASE_ENV: &'static str = concat!($prefix, "_MONGODB_DATABASE");
+            const MONGODB_DATABASE: &'static str = $database;
+        }
+    };
 }
 
 /// A participant's flags; every one has an environment fallback and a
@@ -114,105 +152,39 @@ impl<D: ParticipantDefaults> ParticipantConfig<D> {
     }
 }
 
-type BoxError = Box<dyn std::error::Error>;
-
-/// How a participant opens its store and serves it; [`run`] does the rest.
-pub trait Participant {
-    /// The participant's store trait object, e.g. `dyn PaymentStore`.
-    type Store: ?Sized + Send + Sync + 'static;
-
-    fn open_embedded(path: &Path, durability: Durability) -> Result<Arc<Self::Store>, BoxError>;
-
-    fn open_mongo(
-        db: mongodb::Database,
-    ) -> impl Future<Output = Result<Arc<Self::Store>, BoxError>>;
-
-    fn serve(
-        store: Arc<Self::Store>,
-        faults: Arc<Faults>,
-        options: ServeOptions,
-        listener: TcpListener,
-        shutdown: Shutdown,
-    ) -> impl Future<Output = Result<(), crate::server::ServeError>>;
-
-    /// Called once the metrics exporter runs (to describe metrics).
-    fn metrics_started() {}
-}
-
-/// The participant binary's start-up and serving, until SIGTERM/SIGINT.
-pub async fn run<D: ParticipantDefaults, P: Participant>(
-    config: ParticipantConfig<D>,
-) -> Result<(), BoxError> {
-    // Checked before anything else: a bad TLS file or token stops start-up
-    // at once, naming the flag.
-    let options = config.serve_options()?;
-    let shutdown = Shutdown::new();
-    shutdown.on_signals();
-    let store = match &config.mongodb_uri {
-        Some(uri) => {
-            let db = mongo_client::connect(uri, &config.mongodb_database, D::NAME, shutdown.wait())
-                .await?;
-            P::open_mongo(db).await?
-        }
-        None => {
-            tracing::info!(db = %config.database_path().display(), "embedded store");
-            P::open_embedded(&config.database_path(), config.durability)?
-        }
-    };
-    let faults = Arc::new(config.faults.build()?);
-    let settings = faults.settings();
-    if settings.is_enabled() {
-        tracing::warn!(%settings, "fault injection ON: calls will fail, be delayed or lose replies on purpose");
-    }
-    let listener = crate::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "{} serving", D::NAME);
-    // After the gRPC port is bound, so a busy gRPC port fails start-up
-    // before an exporter is left serving. Logs the scrape URL.
-    match config.metrics.start()? {
-        Some(_) => P::metrics_started(),
-        None => tracing::info!("metrics disabled (--no-metrics)"),
-    }
-    options.log_startup(D::NAME);
-    P::serve(store, faults, options, listener, shutdown).await?;
-    Ok(())
-}
-
-/// `main` of a participant binary once its flags are parsed: logging, run,
-/// exit code.
-pub async fn main<D: ParticipantDefaults, P: Participant>(
-    config: ParticipantConfig<D>,
-) -> std::process::ExitCode {
-    crate::telemetry::init(config.log_format);
-    match run::<D, P>(config).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "{} stopped", D::NAME);
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Debug, Clone)]
-    struct Test;
+    crate::participant_defaults!(Test {
+        name: "test-svc",
+        about: "A test participant",
+        env_prefix: "TEST_SVC",
+        listen: "127.0.0.1:50052",
+        metrics_listen: "127.0.0.1:9462",
+        database_file: "test.db",
+        mongodb_database: "saga_test",
+    });
 
-    impl MetricsDefaults for Test {
-        const LISTEN_ENV: &'static str = "TEST_SVC_METRICS_LISTEN";
-        const LISTEN: &'static str = "127.0.0.1:9462";
-    }
-
-    impl ParticipantDefaults for Test {
-        const NAME: &'static str = "test-svc";
-        const GRPC_LISTEN_ENV: &'static str = "TEST_SVC_LISTEN";
-        const GRPC_LISTEN: &'static str = "127.0.0.1:50052";
-        const DATA_DIR_ENV: &'static str = "TEST_SVC_DATA_DIR";
-        const DATABASE_FILE: &'static str = "test.db";
-        const MONGODB_DATABASE_ENV: &'static str = "TEST_SVC_MONGODB_DATABASE";
-        const MONGODB_DATABASE: &'static str = "saga_test";
+    #[test]
+    fn names_are_derived_from_the_prefix() {
+        assert_eq!(
+            <Test as ParticipantDefaults>::GRPC_LISTEN_ENV,
+            "TEST_SVC_LISTEN"
+        );
+        assert_eq!(
+            <Test as ParticipantDefaults>::DATA_DIR_ENV,
+            "TEST_SVC_DATA_DIR"
+        );
+        assert_eq!(
+            <Test as ParticipantDefaults>::MONGODB_DATABASE_ENV,
+            "TEST_SVC_MONGODB_DATABASE"
+        );
+        assert_eq!(
+            <Test as MetricsDefaults>::LISTEN_ENV,
+            "TEST_SVC_METRICS_LISTEN"
+        );
     }
 
     #[derive(Parser)]
@@ -236,7 +208,7 @@ mod tests {
         assert!(!options.admin.is_required());
         assert_eq!(
             options.max_request_bytes,
-            crate::server::DEFAULT_MAX_REQUEST_BYTES
+            service_kit::server::DEFAULT_MAX_REQUEST_BYTES
         );
         assert_eq!(
             config.metrics.metrics_listen,

@@ -19,12 +19,13 @@
 //! 2. **transient error**: UNAVAILABLE before anything is done (the store is
 //!    not called) — the orchestrator must retry;
 //! 3. **business refusal** (actions only: Charge, Deduct): FAILED_PRECONDITION
-//!    before anything is done — the orchestrator must compensate. Unlike a
-//!    real refusal it is *not* recorded in the operationHistory (that needs
-//!    the store), so a retry with the same request id may be applied; the
-//!    orchestrator never retries a refusal, and the compensation it sends
-//!    instead claims the action's key (null compensation), so a late copy of
-//!    the action is refused by the barrier anyway;
+//!    instead of the business rules — the orchestrator must compensate. It
+//!    goes *through the operationHistory* like a real refusal
+//!    ([`Admission::Refuse`](crate::Admission)): recorded when the request
+//!    id is new, so a retry gets the same refusal; when the request id was
+//!    already applied (an earlier attempt whose reply was lost), the recorded
+//!    outcome is replayed instead — a refusal that skipped the barrier would
+//!    tell the orchestrator "nothing applied" about a charge that was;
 //! 4. **lost reply**: the call is applied and committed, then the caller sees
 //!    UNAVAILABLE — the orchestrator must retry, and the barrier must replay
 //!    the recorded outcome instead of applying it twice.
@@ -39,7 +40,7 @@
 //!   steps, so nothing retries or compensates them; faulting them would make a
 //!   faulty stack fail to start instead of showing recovery.
 //! - The admin API itself, which requires the admin token when one is
-//!   configured (`service_kit::auth`; [`service_with`]).
+//!   configured (`service_kit::auth`; [`api::service_with`]).
 //!
 //! # Determinism
 //!
@@ -54,25 +55,25 @@
 //! Counters are cumulative since start-up (they are not reset by SetFaults):
 //! compare two readings to count what one run injected.
 
-use crate::auth::AdminAuth;
-use crate::server::ServeOptions;
-use crate::validate;
+mod api;
+mod config;
+
+pub use api::{FaultApi, SERVICE_NAME, service_with};
+pub use config::FaultConfig;
+
+use crate::Admission;
+use crate::outcome::{Refusal, RefusalReason};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use saga_proto::faults::v1 as pb;
-use saga_proto::faults::v1::fault_service_server::FaultServiceServer;
+use service_kit::validate;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-use tonic::server::NamedService;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 /// Seed used when none is configured.
 pub const DEFAULT_SEED: u64 = 1;
-
-/// Full name of the admin service, for reflection's `served` list.
-pub const SERVICE_NAME: &str = <FaultServiceServer<FaultApi> as NamedService>::NAME;
 
 /// Message of an injected transient error.
 pub const TRANSIENT_MESSAGE: &str = "injected transient error";
@@ -145,30 +146,6 @@ impl fmt::Display for FaultSettings {
     }
 }
 
-impl From<pb::FaultSettings> for FaultSettings {
-    fn from(s: pb::FaultSettings) -> Self {
-        FaultSettings {
-            transient_error_rate: s.transient_error_rate,
-            added_latency_ms: s.added_latency_ms,
-            drop_reply_rate: s.drop_reply_rate,
-            refusal_rate: s.refusal_rate,
-            seed: s.seed,
-        }
-    }
-}
-
-impl From<FaultSettings> for pb::FaultSettings {
-    fn from(s: FaultSettings) -> Self {
-        pb::FaultSettings {
-            transient_error_rate: s.transient_error_rate,
-            added_latency_ms: s.added_latency_ms,
-            drop_reply_rate: s.drop_reply_rate,
-            refusal_rate: s.refusal_rate,
-            seed: s.seed,
-        }
-    }
-}
-
 /// A setting out of range; becomes INVALID_ARGUMENT naming the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{field}: {problem}")]
@@ -192,73 +169,6 @@ fn check_rate(field: &'static str, value: f64) -> Result<(), InvalidSetting> {
     match rate_problem(value) {
         Some(problem) => Err(InvalidSetting { field, problem }),
         None => Ok(()),
-    }
-}
-
-/// clap value parser for a `--fault-*-rate` flag.
-fn parse_rate(s: &str) -> Result<f64, String> {
-    let value: f64 = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("not a number ({e})"))?;
-    match rate_problem(value) {
-        Some(problem) => Err(problem),
-        None => Ok(value),
-    }
-}
-
-/// Start-up fault settings of a participant; `#[command(flatten)]` it into
-/// the service's clap config.
-#[derive(Debug, Clone, Copy, PartialEq, clap::Args)]
-#[command(next_help_heading = "Fault injection (testing only; off by default)")]
-pub struct FaultConfig {
-    /// Probability (0..=1) that a Charge/Refund/Deduct/Restock fails with
-    /// UNAVAILABLE before doing anything.
-    #[arg(long, env = "FAULT_TRANSIENT_RATE", default_value_t = 0.0, value_parser = parse_rate, allow_negative_numbers = true)]
-    pub fault_transient_rate: f64,
-    /// Delay each Charge/Refund/Deduct/Restock by a uniform 0..=N ms.
-    #[arg(long, env = "FAULT_LATENCY_MS", default_value_t = 0)]
-    pub fault_latency_ms: u32,
-    /// Probability (0..=1) that an applied Charge/Refund/Deduct/Restock
-    /// answers UNAVAILABLE instead of its reply (the effect stays committed).
-    #[arg(long, env = "FAULT_DROP_REPLY_RATE", default_value_t = 0.0, value_parser = parse_rate, allow_negative_numbers = true)]
-    pub fault_drop_reply_rate: f64,
-    /// Probability (0..=1) that a Charge/Deduct is refused with
-    /// FAILED_PRECONDITION before doing anything.
-    #[arg(long, env = "FAULT_REFUSAL_RATE", default_value_t = 0.0, value_parser = parse_rate, allow_negative_numbers = true)]
-    pub fault_refusal_rate: f64,
-    /// Seed of the fault sequence (same seed + same calls = same faults).
-    #[arg(long, env = "FAULT_SEED", default_value_t = DEFAULT_SEED)]
-    pub fault_seed: u64,
-}
-
-impl Default for FaultConfig {
-    fn default() -> Self {
-        FaultConfig {
-            fault_transient_rate: 0.0,
-            fault_latency_ms: 0,
-            fault_drop_reply_rate: 0.0,
-            fault_refusal_rate: 0.0,
-            fault_seed: DEFAULT_SEED,
-        }
-    }
-}
-
-impl FaultConfig {
-    pub fn settings(&self) -> FaultSettings {
-        FaultSettings {
-            transient_error_rate: self.fault_transient_rate,
-            added_latency_ms: self.fault_latency_ms,
-            drop_reply_rate: self.fault_drop_reply_rate,
-            refusal_rate: self.fault_refusal_rate,
-            seed: self.fault_seed,
-        }
-    }
-
-    /// A fresh [`Faults`] with these settings (checked again, so settings
-    /// built in code get the same clear error as flags).
-    pub fn build(&self) -> Result<Faults, InvalidSetting> {
-        Faults::new(self.settings())
     }
 }
 
@@ -294,15 +204,19 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    /// Whether the participant must refuse this action as a business
-    /// refusal. It must do so *through its operationHistory*: recorded like
-    /// any refusal when the request id is new, and the recorded outcome
-    /// replayed when it is not — an action applied by an earlier attempt
-    /// whose reply was lost stays applied. (A refusal that skipped the
-    /// barrier would tell the orchestrator "nothing applied" about a charge
-    /// that was, and leak money.)
-    pub fn refuse(&self) -> bool {
-        self.refuse
+    /// Whether the participant must apply this action or refuse it as a
+    /// business refusal. A refusal must go *through its operationHistory*:
+    /// recorded like any refusal when the request id is new, and the
+    /// recorded outcome replayed when it is not — an action applied by an
+    /// earlier attempt whose reply was lost stays applied. (A refusal that
+    /// skipped the barrier would tell the orchestrator "nothing applied"
+    /// about a charge that was, and leak money.)
+    pub fn admission(&self) -> Admission {
+        if self.refuse {
+            Admission::Refuse(Refusal::new(RefusalReason::Insufficient, REFUSAL_MESSAGE))
+        } else {
+            Admission::Apply
+        }
     }
 }
 
@@ -445,22 +359,10 @@ impl Faults {
         }
     }
 
-    /// Settings and counters as the wire reply.
-    pub fn status(&self) -> pb::FaultStatus {
-        let c = self.counters();
-        pb::FaultStatus {
-            settings: Some(self.settings().into()),
-            transient_errors: c.transient_errors,
-            dropped_replies: c.dropped_replies,
-            refusals: c.refusals,
-            delayed_calls: c.delayed_calls,
-        }
-    }
-
     /// Call before a mutating call does anything (after its input is
     /// validated): sleeps the drawn latency, then fails with an injected
     /// transient error, or admits the call — for actions possibly marked to
-    /// be refused ([`Admitted::refuse`]), which the participant records
+    /// be refused ([`Admitted::admission`]), which the participant records
     /// through its barrier.
     pub async fn before(&self, kind: CallKind, request_id: &str) -> Result<Admitted, Status> {
         let plan = self.lock().plan(kind);
@@ -509,68 +411,9 @@ impl Faults {
     }
 }
 
-/// `faults.v1.FaultService` over a participant's [`Faults`].
-pub struct FaultApi {
-    faults: Arc<Faults>,
-    admin: AdminAuth,
-}
-
-impl FaultApi {
-    /// Open to every caller (no admin token).
-    pub fn new(faults: Arc<Faults>) -> Self {
-        Self::with_admin(faults, AdminAuth::open())
-    }
-
-    /// Both RPCs require the admin token when `admin` has one.
-    pub fn with_admin(faults: Arc<Faults>, admin: AdminAuth) -> Self {
-        FaultApi { faults, admin }
-    }
-
-    /// Who may read or change faults: the admin token's holders (everyone
-    /// when none is configured). Checked first, so a refused call reads and
-    /// changes nothing.
-    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        self.admin.check(request.metadata())
-    }
-}
-
-/// The admin service guarded by `options.admin`, accepting requests of at
-/// most `options.max_request_bytes`.
-pub fn service_with(faults: Arc<Faults>, options: &ServeOptions) -> FaultServiceServer<FaultApi> {
-    FaultServiceServer::new(FaultApi::with_admin(faults, options.admin.clone()))
-        .max_decoding_message_size(options.max_request_bytes)
-}
-
-#[tonic::async_trait]
-impl pb::fault_service_server::FaultService for FaultApi {
-    async fn set_faults(
-        &self,
-        request: Request<pb::FaultSettings>,
-    ) -> Result<Response<pb::FaultStatus>, Status> {
-        self.authorize(&request)?;
-        let settings = FaultSettings::from(request.into_inner());
-        self.faults.set(settings)?;
-        if settings.is_enabled() {
-            tracing::warn!(%settings, "fault injection ON (set at run time)");
-        } else {
-            tracing::info!(%settings, "fault injection off (set at run time)");
-        }
-        Ok(Response::new(self.faults.status()))
-    }
-
-    async fn get_faults(
-        &self,
-        request: Request<pb::GetFaultsRequest>,
-    ) -> Result<Response<pb::FaultStatus>, Status> {
-        self.authorize(&request)?;
-        Ok(Response::new(self.faults.status()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
     use tonic::Code;
 
     fn settings(transient: f64, drop: f64, refusal: f64, seed: u64) -> FaultSettings {
@@ -588,7 +431,7 @@ mod tests {
         match faults.before(kind, "r").await {
             Err(s) if s.message() == TRANSIENT_MESSAGE => 'T',
             Err(_) => '?',
-            Ok(a) if a.refuse() => 'R',
+            Ok(a) if a.admission() != Admission::Apply => 'R',
             Ok(a) => match faults.after(a, "r", Ok(())) {
                 Ok(()) => '.',
                 Err(_) => 'D',
@@ -637,7 +480,10 @@ mod tests {
     async fn rate_one_always_fires_and_admin_is_never_faulted() {
         let faults = Faults::new(settings(0.0, 0.0, 1.0, 1)).unwrap();
         let refused = faults.before(CallKind::Action, "r").await.unwrap();
-        assert!(refused.refuse(), "the participant records the refusal");
+        assert!(
+            matches!(refused.admission(), Admission::Refuse(_)),
+            "the participant records the refusal"
+        );
         assert_eq!(outcome(&faults, CallKind::Compensation).await, '.');
         faults.set(settings(1.0, 1.0, 1.0, 1)).unwrap();
         assert_eq!(outcome(&faults, CallKind::Admin).await, '.');
@@ -686,49 +532,5 @@ mod tests {
             assert!(Faults::new(bad).is_err());
         }
         assert_eq!(faults.settings(), before);
-    }
-
-    #[derive(Debug, clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        faults: FaultConfig,
-    }
-
-    #[test]
-    fn flags_parse_and_rates_are_checked() {
-        let cli = Cli::try_parse_from(["x"]).unwrap();
-        assert_eq!(cli.faults, FaultConfig::default());
-        assert!(!cli.faults.settings().is_enabled());
-        let cli = Cli::try_parse_from([
-            "x",
-            "--fault-transient-rate",
-            "0.25",
-            "--fault-latency-ms",
-            "40",
-            "--fault-drop-reply-rate",
-            "1",
-            "--fault-refusal-rate",
-            "0",
-            "--fault-seed",
-            "9",
-        ])
-        .unwrap();
-        let s = cli.faults.settings();
-        assert_eq!(
-            s,
-            FaultSettings {
-                transient_error_rate: 0.25,
-                added_latency_ms: 40,
-                drop_reply_rate: 1.0,
-                refusal_rate: 0.0,
-                seed: 9
-            }
-        );
-        assert!(s.is_enabled());
-        assert!(cli.faults.build().is_ok());
-        for bad in ["1.5", "-0.1", "NaN", "abc"] {
-            let e = Cli::try_parse_from(["x", "--fault-refusal-rate", bad]).unwrap_err();
-            assert!(e.to_string().contains("--fault-refusal-rate"), "{e}");
-        }
     }
 }

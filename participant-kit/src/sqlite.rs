@@ -3,9 +3,36 @@
 //! `(request_id, kind)` is the primary key, so [`HistoryTx::insert_or_get`]
 //! is an `INSERT … ON CONFLICT DO NOTHING` followed, only when the insert
 //! lost, by a read of the winner inside the same write transaction.
+//!
+//! [`transact`] runs one participant rule (effect + record) as one job of
+//! the embedded store's group commit: its own savepoint, rolled back alone
+//! when the rule fails, acknowledged only once the batch is committed.
 
-use crate::{HistoryTx, OperationRecord, RecordStatus};
+use crate::{Failure, HistoryTx, OperationRecord, ParticipantError, RecordStatus};
+use embedded_store::EmbeddedDb;
+use futures::future::LocalBoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
+
+/// Runs `rule` over `input` in one write transaction of `db`, written once
+/// for every participant's embedded store: an error (a store failure or a
+/// refusal decided inside the rule) rolls back everything the rule did.
+pub async fn transact<I, R, F>(db: &EmbeddedDb, input: I, rule: F) -> Result<R, ParticipantError>
+where
+    I: Send + 'static,
+    R: Send + 'static,
+    F: for<'a> FnOnce(
+            &'a mut SqliteHistory<'a>,
+            &'a I,
+        ) -> LocalBoxFuture<'a, Result<R, Failure<rusqlite::Error>>>
+        + Send
+        + 'static,
+{
+    db.write(move |conn| {
+        let mut tx = SqliteHistory::new(conn);
+        SqliteHistory::run(rule(&mut tx, &input)).map_err(Failure::into_participant_error)
+    })
+    .await
+}
 
 /// Schema of the operationHistory; each participant runs it at start-up.
 pub const SCHEMA: &str = "

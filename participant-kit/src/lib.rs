@@ -1,0 +1,64 @@
+//! What a saga participant is, besides its business rules — written once
+//! for payment-svc and inventory-svc.
+//!
+//! A participant receives calls that may be retried, duplicated, reordered
+//! or late, and must apply each effect at most once and each compensation
+//! at most once. That protocol, its storage, the pipeline every mutating
+//! call runs through, fault injection and the binary's start-up are the
+//! same for every participant; a participant adds only its proto mapping,
+//! its business rules (generic over [`HistoryTx`]) and its two store
+//! backends.
+//!
+//! Module map:
+//! - [`barrier`]: the operationHistory protocol — claim `(request_id, kind)`
+//!   under a unique key in the same transaction as the effect; replay,
+//!   refuse or undo from whichever record won. See its table.
+//! - [`record`]: one operationHistory row and its states.
+//! - [`outcome`]: what a participant answers (an applied or refused action,
+//!   a business [`Refusal`], a [`ParticipantError`]) and how each maps to
+//!   a gRPC status; [`Admission`] says whether to apply or refuse a call.
+//! - [`reply`]: the last steps of every action rule (record and reply,
+//!   replay, refuse through the barrier).
+//! - [`sqlite`] / [`mongo`]: the operationHistory on each backend, and the
+//!   one function per backend that runs a rule in a transaction.
+//! - [`pipeline`]: the path of every mutating call — timer, span, faults,
+//!   store, metrics, reply — and [`Kit`], what a participant's gRPC adapter
+//!   holds.
+//! - [`faults`]: fault injection (`faults.v1`): latency, transient errors,
+//!   refusals, lost replies; seeded and deterministic.
+//! - [`wire`]: `participant.v1` conversions both adapters use.
+//! - [`metrics`]: `participant_operations_total{kind, result}`.
+//! - [`config`] / [`startup`]: the participant binary's flags and start-up.
+
+pub mod barrier;
+pub mod config;
+pub mod faults;
+pub mod metrics;
+pub mod mongo;
+pub mod outcome;
+pub mod pipeline;
+pub mod record;
+pub mod reply;
+pub mod sqlite;
+pub mod startup;
+pub mod wire;
+
+pub use barrier::{
+    ActionGate, BarrierError, CompensationEffect, CompensationGate, CompensationResult, HistoryTx,
+    Operation, Recorded, begin_action, begin_compensation, finish_action, finish_compensation,
+};
+pub use config::{ParticipantConfig, ParticipantDefaults};
+pub use outcome::{ActionReply, Admission, Failure, ParticipantError, Refusal, RefusalReason};
+pub use pipeline::{Call, Kit};
+pub use record::{OperationRecord, RecordStatus};
+pub use reply::{finish, refuse, replay};
+pub use startup::{Participant, main};
+
+/// What [`participant_defaults!`] expands to needs; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use service_kit::metrics::MetricsDefaults;
+    pub use tonic::Code;
+    pub use tracing;
+    pub use tracing::Span;
+}

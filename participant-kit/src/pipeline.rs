@@ -1,0 +1,224 @@
+//! The path every mutating participant call takes, written once.
+//!
+//! A participant's gRPC handler only maps its proto to domain types and
+//! calls its store; everything around that is the same for every call of
+//! every participant, so it lives here:
+//!
+//! 1. the call is timed (`participant_call_duration_seconds{rpc}`) however
+//!    it ends, and an admin call's token is checked before anything else;
+//! 2. the caller's W3C trace id (`traceparent`) is read, so the call's span
+//!    joins the orchestrator's saga;
+//! 3. inside that span the fault injector may delay the call or fail it
+//!    transiently, or tell the store to refuse it ([`Admission`]) — which the
+//!    store does *through the barrier*;
+//! 4. the store applies the call and its operationHistory record in one
+//!    transaction;
+//! 5. the committed outcome is counted (`participant_operations_total`),
+//!    before a lost reply may be injected (the effect happened all the same);
+//! 6. a business refusal becomes its status code.
+//!
+//! [`Kit`] is what a participant's adapter holds; [`Kit::call`] starts one
+//! call and [`Call::action`] / [`Call::compensation`] run the rest. The
+//! adapter then logs the result with [`log_call!`](crate::log_call), a macro
+//! so that the line carries the participant's own log target.
+
+use crate::faults::{self, CallKind, Faults};
+use crate::outcome::{ActionReply, Admission, ParticipantError};
+use crate::{CompensationResult, metrics};
+use service_kit::metrics::CallTimer;
+use service_kit::server::{ServeError, ServeOptions};
+use service_kit::shutdown::Shutdown;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tonic::service::Routes;
+use tonic::{Request, Status};
+use tracing::{Instrument, Span};
+
+/// What every participant adapter shares: the fault injector and how the
+/// server is exposed (TLS, admin token, request limit). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Kit {
+    faults: Arc<Faults>,
+    options: ServeOptions,
+}
+
+impl Kit {
+    /// A kit injecting `faults`, served as `options` say.
+    pub fn new(faults: Arc<Faults>, options: ServeOptions) -> Kit {
+        Kit { faults, options }
+    }
+
+    /// No faults, plaintext, admin RPCs open, default limits (tests, tools).
+    pub fn plain() -> Kit {
+        Kit::new(Arc::new(Faults::disabled()), ServeOptions::default())
+    }
+
+    /// The fault injector (shared with the `faults.v1` admin service).
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.faults
+    }
+
+    /// How the server is exposed.
+    pub fn options(&self) -> &ServeOptions {
+        &self.options
+    }
+
+    /// The largest request a participant's service must accept.
+    pub fn max_request_bytes(&self) -> usize {
+        self.options.max_request_bytes
+    }
+
+    /// Starts a saga call (Charge, Refund, Deduct, Restock) named `rpc`.
+    pub fn call<T>(&self, rpc: &'static str, kind: CallKind, request: &Request<T>) -> Call<'_> {
+        Call {
+            kit: self,
+            rpc,
+            kind,
+            trace_id: service_kit::trace::trace_id(request.metadata()).unwrap_or_default(),
+            _timer: CallTimer::start(rpc),
+        }
+    }
+
+    /// Starts an admin call (Deposit, AddStock): the admin token is checked
+    /// first, so a refused call reads and changes nothing. Never faulted.
+    pub fn admin_call<T>(
+        &self,
+        rpc: &'static str,
+        request: &Request<T>,
+    ) -> Result<Call<'_>, Status> {
+        let call = self.call(rpc, CallKind::Admin, request);
+        self.options.admin.check(request.metadata())?;
+        Ok(call)
+    }
+
+    /// Times a read (GetAccount, GetProduct): never faulted, never counted
+    /// as an operation.
+    pub fn read(&self, rpc: &'static str) -> CallTimer {
+        CallTimer::start(rpc)
+    }
+
+    /// Serves `routes` (the participant's own service, named `service`)
+    /// plus the `faults.v1` admin API, reflection and health on `listener`
+    /// until `shutdown` fires.
+    pub async fn serve(
+        &self,
+        routes: Routes,
+        service: &'static str,
+        listener: TcpListener,
+        shutdown: Shutdown,
+    ) -> Result<(), ServeError> {
+        let routes = routes.add_service(faults::service_with(self.faults.clone(), &self.options));
+        let routes = service_kit::server::with_standard_services(
+            routes,
+            &[service, faults::SERVICE_NAME],
+            self.options.max_request_bytes,
+        )
+        .await?;
+        service_kit::server::serve_with(&self.options, routes, listener, shutdown).await
+    }
+}
+
+/// One mutating call on its way through the pipeline.
+#[must_use = "run it with Call::action or Call::compensation"]
+pub struct Call<'k> {
+    kit: &'k Kit,
+    rpc: &'static str,
+    kind: CallKind,
+    trace_id: String,
+    _timer: CallTimer,
+}
+
+impl Call<'_> {
+    /// The caller's W3C trace id (empty without a `traceparent`), for the
+    /// call's span.
+    pub fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    /// Runs an action (Charge, Deduct, Deposit, AddStock) in `span`:
+    /// `apply` gets the fault injector's [`Admission`] and must apply or
+    /// refuse through the barrier. Returns the applied value and whether it
+    /// was replayed; a business refusal becomes its status code.
+    pub async fn action<V, F, Fut>(
+        self,
+        span: Span,
+        request_id: &str,
+        apply: F,
+    ) -> Result<(V, bool), Status>
+    where
+        F: FnOnce(Admission) -> Fut,
+        Fut: Future<Output = Result<ActionReply<V>, ParticipantError>>,
+    {
+        let rpc = self.rpc;
+        async {
+            let admitted = self.kit.faults.before(self.kind, request_id).await?;
+            let reply = apply(admitted.admission()).await;
+            metrics::action(rpc, &reply);
+            let reply = reply.map_err(Status::from).and_then(applied);
+            self.kit.faults.after(admitted, request_id, reply)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs a compensation (Refund, Restock) in `span`.
+    pub async fn compensation<F, Fut>(
+        self,
+        span: Span,
+        request_id: &str,
+        undo: F,
+    ) -> Result<CompensationResult, Status>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<CompensationResult, ParticipantError>>,
+    {
+        let rpc = self.rpc;
+        async {
+            let admitted = self.kit.faults.before(self.kind, request_id).await?;
+            let reply = undo().await;
+            metrics::compensation(rpc, &reply);
+            let reply = reply.map_err(Status::from);
+            self.kit.faults.after(admitted, request_id, reply)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Business refusals become their status code; applied results the value.
+fn applied<V>(reply: ActionReply<V>) -> Result<(V, bool), Status> {
+    match reply {
+        ActionReply::Applied { value, replayed } => Ok((value, replayed)),
+        ActionReply::Refused { refusal, .. } => Err(refusal.into()),
+    }
+}
+
+/// Logs the result of a participant call in its span: DEBUG when it was
+/// applied, INFO when it was not (a business refusal, a hanging or
+/// mismatched call, an injected fault), WARN when it failed internally — so
+/// every call of a saga leaves a line carrying its trace id. A macro, so the
+/// line's log target is the participant's module, not this kit's.
+#[macro_export]
+macro_rules! log_call {
+    ($span:expr, $result:expr) => {{
+        let span: &$crate::__private::Span = $span;
+        span.in_scope(|| match $result {
+            Ok(reply) => $crate::__private::tracing::debug!(?reply, "applied"),
+            Err(status) => match status.code() {
+                $crate::__private::Code::Internal
+                | $crate::__private::Code::Unknown
+                | $crate::__private::Code::DataLoss => $crate::__private::tracing::warn!(
+                    code = ?status.code(),
+                    error = status.message(),
+                    "call failed"
+                ),
+                code => $crate::__private::tracing::info!(
+                    ?code,
+                    error = status.message(),
+                    "not applied"
+                ),
+            },
+        });
+    }};
+}

@@ -1,0 +1,114 @@
+//! A participant binary's start-up, written once: parse the flags, check
+//! TLS and tokens, open the store (MongoDB, waiting for it, or the embedded
+//! file), build the fault injector, bind, start metrics, serve until
+//! SIGTERM/SIGINT, exit non-zero with one line on any start-up error.
+
+use crate::config::{ParticipantConfig, ParticipantDefaults};
+use crate::pipeline::Kit;
+use embedded_store::Durability;
+use service_kit::server::ServeError;
+use service_kit::shutdown::Shutdown;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Any start-up error; printed as one line.
+pub type BoxError = Box<dyn std::error::Error>;
+
+/// What differs between participant binaries: how the store is opened and
+/// which gRPC service is served over it. [`main`] does the rest.
+pub trait Participant: ParticipantDefaults {
+    /// The participant's store trait object, e.g. `dyn PaymentStore`.
+    type Store: ?Sized + Send + Sync + 'static;
+
+    /// Opens (creating if needed) the embedded store at `path`.
+    fn open_embedded(path: &Path, durability: Durability) -> Result<Arc<Self::Store>, BoxError>;
+
+    /// Opens the store in a MongoDB database (creating its indexes).
+    fn open_mongo(
+        db: mongodb::Database,
+    ) -> impl Future<Output = Result<Arc<Self::Store>, BoxError>>;
+
+    /// Serves the participant's gRPC service over `store` on `listener`
+    /// until `shutdown` fires, with `kit`'s faults and options (usually
+    /// through [`Kit::serve`]).
+    fn serve(
+        store: Arc<Self::Store>,
+        kit: Kit,
+        listener: TcpListener,
+        shutdown: Shutdown,
+    ) -> impl Future<Output = Result<(), ServeError>>;
+}
+
+#[derive(clap::Parser)]
+struct Cli<P: ParticipantDefaults> {
+    #[command(flatten)]
+    config: ParticipantConfig<P>,
+}
+
+/// The whole `main` of a participant binary: flags, logging, a tokio
+/// runtime, [`run`], the exit code.
+pub fn main<P: Participant>() -> std::process::ExitCode {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::<P>::command().name(P::NAME).about(P::ABOUT);
+    let cli = match Cli::<P>::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    service_kit::telemetry::init(cli.config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{}: cannot start the runtime: {error}", P::NAME);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run::<P>(cli.config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "{} stopped", P::NAME);
+            eprintln!("{}: {error}", P::NAME);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Start-up and serving, until SIGTERM/SIGINT.
+pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), BoxError> {
+    // Checked before anything else: a bad TLS file or token stops start-up
+    // at once, naming the flag.
+    let options = config.serve_options()?;
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    let store = match &config.mongodb_uri {
+        Some(uri) => {
+            let db = mongo_client::connect(uri, &config.mongodb_database, P::NAME, shutdown.wait())
+                .await?;
+            P::open_mongo(db).await?
+        }
+        None => {
+            tracing::info!(db = %config.database_path().display(), "embedded store");
+            P::open_embedded(&config.database_path(), config.durability)?
+        }
+    };
+    let faults = Arc::new(config.faults.build()?);
+    let settings = faults.settings();
+    if settings.is_enabled() {
+        tracing::warn!(%settings, "fault injection ON: calls will fail, be delayed or lose replies on purpose");
+    }
+    let listener = service_kit::server::bind(config.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "{} serving", P::NAME);
+    // After the gRPC port is bound, so a busy gRPC port fails start-up
+    // before an exporter is left serving. Logs the scrape URL.
+    match config.metrics.start()? {
+        Some(_) => crate::metrics::describe(),
+        None => tracing::info!("metrics disabled (--no-metrics)"),
+    }
+    options.log_startup(P::NAME);
+    P::serve(store, Kit::new(faults, options), listener, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,31 @@
+//! `participant.v1` conversions both participants' adapters use: the effect
+//! of a compensation and one operationHistory entry.
+
+use crate::record::OperationRecord;
+use crate::{CompensationEffect, CompensationResult};
+use saga_proto::participant::v1 as pb;
+use service_kit::time::timestamp;
+
+/// The wire value of a compensation's effect.
+pub fn effect(result: &CompensationResult) -> i32 {
+    match result.effect {
+        CompensationEffect::Undone => pb::CompensationEffect::Undone,
+        CompensationEffect::NullCompensation => pb::CompensationEffect::NullCompensation,
+        CompensationEffect::NothingToUndo => pb::CompensationEffect::NothingToUndo,
+    }
+    .into()
+}
+
+/// An operationHistory record as the wire shows it.
+pub fn operation(r: OperationRecord) -> pb::Operation {
+    pb::Operation {
+        request_id: r.request_id,
+        kind: r.kind,
+        status: r.status.as_str().to_owned(),
+        amount: r.amount,
+        detail: r.detail,
+        recorded_at: Some(timestamp(r.recorded_at_ms)),
+        line_index: None,
+        subject: r.subject,
+    }
+}
