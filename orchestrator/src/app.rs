@@ -4,7 +4,6 @@
 use crate::engine;
 use crate::executor::Executor;
 use crate::hub::SagaHub;
-use crate::order_saga::ORDER_SAGA;
 use crate::saga::{Order, OrderItem, Saga, SagaStatus};
 use crate::store::{Created, Cursor, Page, SagaStore, StoreError};
 use futures::Stream;
@@ -135,7 +134,7 @@ impl Orchestrator {
             total_cents: order.total_cents,
         };
         let mut saga = engine::start(
-            &ORDER_SAGA,
+            self.executor.definition().names(),
             saga_id,
             order.request_id,
             fingerprint.as_str().to_owned(),

@@ -123,11 +123,14 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
 
-    let invoker = Arc::new(OrderParticipants::new(
-        payment_channel,
-        inventory_channel,
-        config.engine.call_timeout(),
-    ));
+    let definition = Arc::new(
+        OrderParticipants::new(
+            payment_channel,
+            inventory_channel,
+            config.engine.call_timeout(),
+        )
+        .definition()?,
+    );
     let settings = config.engine.settings(config.orchestrator_listen)?;
     let banner = banner(
         &orchestrator_addr,
@@ -151,7 +154,7 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
     }
     let result = crate::serve_with(
         saga_store,
-        invoker,
+        definition,
         settings,
         options,
         orchestrator_listener,

@@ -19,17 +19,16 @@
 
 use crate::saga::{Order, Saga, SagaStatus, Step, StepStatus, Transition};
 
-/// A saga type: its steps in forward order.
-#[derive(Debug, Clone, Copy)]
-pub struct SagaDefinition {
-    pub steps: &'static [StepDefinition],
-}
-
-/// One step: its name and the participant operations that do and undo it.
-#[derive(Debug, Clone, Copy)]
-pub struct StepDefinition {
+/// What the engine knows of a step: its name and the names of the
+/// operations that do and undo it (the calls themselves live in
+/// [`crate::step::SagaStep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepNames {
+    /// The step's name in the saga, e.g. `payment`.
     pub name: &'static str,
+    /// The action, e.g. `charge`.
     pub action: &'static str,
+    /// The compensation, e.g. `refund`.
     pub compensation: &'static str,
 }
 
@@ -78,18 +77,18 @@ impl Outcome {
     }
 }
 
-/// Creates a saga of `definition` whose first step's intent is recorded, so
-/// the creating write is also the intent of the first action.
+/// Creates a saga of `steps` (in forward order) whose first step's intent
+/// is recorded, so the creating write is also the intent of the first
+/// action.
 pub fn start(
-    definition: &SagaDefinition,
+    steps: &[StepNames],
     saga_id: String,
     request_id: String,
     fingerprint: String,
     order: Order,
     now_ms: i64,
 ) -> Saga {
-    let steps = definition
-        .steps
+    let steps = steps
         .iter()
         .map(|d| Step {
             name: d.name.to_owned(),

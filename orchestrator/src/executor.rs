@@ -1,9 +1,10 @@
 //! The executor: performs what the engine decides and persists every result.
 //!
-//! For each piece of work the engine names it sends one RPC (through a
-//! [`StepInvoker`]), classifies the reply ([`crate::classify`]), records the
-//! outcome in the saga ([`engine::record`]) and saves it — all before the
-//! next RPC. Retries reuse the step's stable request id, with exponential
+//! For each piece of work the engine names it calls the step's action or
+//! compensation (a [`SagaStep`] of the [`SagaDefinition`]), turns the domain
+//! [`StepOutcome`] into the engine's outcome with the attempt budgets and
+//! the step deadline, records it in the saga ([`engine::record`]) and saves
+//! it — all before the next call. Retries reuse the step's stable request id, with exponential
 //! backoff and jitter from `backon`, within an attempt budget and a per-step
 //! deadline.
 //!
@@ -17,12 +18,11 @@
 //! A store that is down is waited for: nothing is sent to a participant
 //! until the previous outcome is durable.
 
-use crate::classify::{FailureClass, classify};
 use crate::engine::{self, Next, Outcome};
 use crate::hub::SagaHub;
 use crate::saga::{Lease, Saga, Step};
+use crate::step::{Phase, SagaDefinition, SagaStep, StepOutcome};
 use crate::store::{SagaStore, StoreError};
-use async_trait::async_trait;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use service_kit::shutdown::Shutdown;
 use service_kit::time::now_ms;
@@ -31,28 +31,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
-
-/// Whether a call does or undoes a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Action,
-    Compensation,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Action => "action",
-            Phase::Compensation => "compensation",
-        }
-    }
-}
-
-/// Sends a step's action or compensation to its participant.
-#[async_trait]
-pub trait StepInvoker: Send + Sync + 'static {
-    async fn invoke(&self, saga: &Saga, step: &Step, phase: Phase) -> Result<(), tonic::Status>;
-}
 
 /// Attempt budgets and backoff bounds.
 #[derive(Debug, Clone)]
@@ -123,6 +101,10 @@ pub enum DriveError {
     Superseded,
     #[error("shutting down; the saga resumes from its persisted state on restart")]
     ShuttingDown,
+    /// The saga has a step this orchestrator's definition lacks (stored by
+    /// another version): left for an instance that knows it.
+    #[error("the saga has a step {0:?} this orchestrator does not define")]
+    UnknownStep(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -130,7 +112,7 @@ pub enum DriveError {
 /// Drives sagas to a terminal state.
 pub struct Executor {
     store: Arc<dyn SagaStore>,
-    invoker: Arc<dyn StepInvoker>,
+    definition: Arc<SagaDefinition>,
     policy: RetryPolicy,
     lease: LeasePolicy,
     hub: Arc<SagaHub>,
@@ -150,9 +132,10 @@ pub struct Executor {
 pub type Slot = OwnedSemaphorePermit;
 
 impl Executor {
+    /// An executor driving sagas of `definition` stored in `store`.
     pub fn new(
         store: Arc<dyn SagaStore>,
-        invoker: Arc<dyn StepInvoker>,
+        definition: Arc<SagaDefinition>,
         policy: RetryPolicy,
         lease: LeasePolicy,
         hub: Arc<SagaHub>,
@@ -162,7 +145,7 @@ impl Executor {
         let max_in_flight = max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Executor {
             store,
-            invoker,
+            definition,
             policy,
             lease,
             hub,
@@ -198,6 +181,11 @@ impl Executor {
         }
     }
 
+    /// The saga type this executor drives.
+    pub fn definition(&self) -> &SagaDefinition {
+        &self.definition
+    }
+
     /// A lease for this instance starting now.
     pub fn new_lease(&self) -> Lease {
         Lease {
@@ -221,7 +209,7 @@ impl Executor {
             "saga",
             saga_id = %saga.saga_id,
             request_id = %saga.request_id,
-            trace_id = %crate::order_saga::trace_id(&saga)
+            trace_id = %saga.trace_id()
         );
         tokio::spawn(
             async move {
@@ -233,6 +221,9 @@ impl Executor {
                         tracing::info!(status = saga.status.as_str(), "saga finished")
                     }
                     Err(DriveError::ShuttingDown) => tracing::info!("saga paused for shutdown"),
+                    Err(error @ DriveError::UnknownStep(_)) => {
+                        tracing::error!(%error, "cannot drive saga; another version must")
+                    }
                     Err(error) => tracing::warn!(%error, "stopped driving saga"),
                 }
                 if let Ok(mut driving) = this.driving.lock() {
@@ -335,6 +326,9 @@ impl Executor {
                 backoff = self.policy.backoff();
             }
             let step = &saga.steps[i];
+            let Some(call) = self.definition.step(&step.name) else {
+                return Err(DriveError::UnknownStep(step.name.clone()));
+            };
             let attempt = match phase {
                 Phase::Action => step.attempts,
                 Phase::Compensation => step.compensation_attempts,
@@ -347,9 +341,7 @@ impl Executor {
                 attempt
             );
             let started = std::time::Instant::now();
-            let reply = self
-                .invoker
-                .invoke(&saga, step, phase)
+            let reply = invoke(call, &saga, step, phase)
                 .instrument(span.clone())
                 .await;
             let outcome = self.outcome(phase, step, attempt, reply);
@@ -378,42 +370,39 @@ impl Executor {
         }
     }
 
-    fn outcome(
-        &self,
-        phase: Phase,
-        step: &Step,
-        attempt: u32,
-        reply: Result<(), tonic::Status>,
-    ) -> Outcome {
-        let error = match reply {
-            Ok(()) => {
-                return match phase {
-                    Phase::Action => Outcome::Succeeded,
-                    Phase::Compensation => Outcome::Compensated,
-                };
-            }
-            Err(status) => status,
-        };
-        let message = format!("{:?}: {}", error.code(), error.message());
-        match phase {
-            Phase::Action => match classify(&error) {
-                FailureClass::Refused => Outcome::Refused(message),
-                FailureClass::Transient if attempt >= self.policy.action_attempts => {
+    /// The engine's outcome of one call: a transient failure is retried
+    /// until the attempt budget (or, for an action, the step deadline) is
+    /// spent.
+    fn outcome(&self, phase: Phase, step: &Step, attempt: u32, reply: StepOutcome) -> Outcome {
+        match (phase, reply) {
+            (Phase::Action, StepOutcome::Done) => Outcome::Succeeded,
+            (Phase::Compensation, StepOutcome::Done) => Outcome::Compensated,
+            (Phase::Action, StepOutcome::Refused(message)) => Outcome::Refused(message),
+            (Phase::Action, StepOutcome::Transient(message)) => {
+                if attempt >= self.policy.action_attempts {
                     Outcome::GaveUp(message)
+                } else if self.past_deadline(step) {
+                    Outcome::GaveUp(format!(
+                        "step deadline of {:?} passed; last error {message}",
+                        self.policy.step_deadline
+                    ))
+                } else {
+                    Outcome::Retrying(message)
                 }
-                FailureClass::Transient if self.past_deadline(step) => Outcome::GaveUp(format!(
-                    "step deadline of {:?} passed; last error {message}",
-                    self.policy.step_deadline
-                )),
-                FailureClass::Transient => Outcome::Retrying(message),
-            },
+            }
             // A compensation must eventually happen: even a refusal (which
             // would be a bug) is retried until the budget runs out, then a
             // person looks at it.
-            Phase::Compensation if attempt >= self.policy.compensation_attempts => {
-                Outcome::CompensationGaveUp(message)
+            (
+                Phase::Compensation,
+                StepOutcome::Refused(message) | StepOutcome::Transient(message),
+            ) => {
+                if attempt >= self.policy.compensation_attempts {
+                    Outcome::CompensationGaveUp(message)
+                } else {
+                    Outcome::CompensationRetrying(message)
+                }
             }
-            Phase::Compensation => Outcome::CompensationRetrying(message),
         }
     }
 
@@ -469,6 +458,14 @@ impl Executor {
             tracing::debug!(%error, "could not release the lease; it expires on its own");
         }
         DriveError::ShuttingDown
+    }
+}
+
+/// Sends `step`'s action or compensation.
+async fn invoke(call: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) -> StepOutcome {
+    match phase {
+        Phase::Action => call.act(saga, step).await,
+        Phase::Compensation => call.compensate(saga, step).await,
     }
 }
 

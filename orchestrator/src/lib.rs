@@ -11,11 +11,14 @@
 //! - [`saga`]: the saga as data (domain types, no wire or database types).
 //! - [`engine`]: the pure state machine — what to do next, how an outcome
 //!   moves the saga on.
-//! - [`order_saga`]: the order saga's single definition and its RPCs.
+//! - [`step`]: what a step is ([`step::SagaStep`]: names plus action and
+//!   compensation) and a saga definition (a list of steps).
+//! - [`order_saga`]: the order saga's steps over gRPC, and the one place
+//!   participant statuses are classified into domain outcomes.
 //! - [`executor`]: runs the engine's decisions with retries and persists
-//!   every result.
-//! - [`classify`]: which participant errors are refusals, which transient.
-//! - [`store`]: the storage trait and the embedded SQLite backend.
+//!   every result; leases and the recovery sweep.
+//! - [`store`]: the storage trait and its embedded SQLite and MongoDB
+//!   backends.
 //! - [`app`]: the use cases (create, get, list, recover).
 //! - [`grpc`] / [`convert`]: the thin `saga.v1` adapters and validation.
 //! - [`hub`]: wakes `wait`ing callers when their saga changes.
@@ -23,7 +26,6 @@
 //!   stack.
 
 pub mod app;
-pub mod classify;
 pub mod config;
 pub mod convert;
 pub mod dev;
@@ -33,13 +35,15 @@ pub mod grpc;
 pub mod hub;
 pub mod order_saga;
 pub mod saga;
+pub mod step;
 pub mod store;
 
-use executor::{Executor, LeasePolicy, RetryPolicy, StepInvoker};
+use executor::{Executor, LeasePolicy, RetryPolicy};
 use service_kit::server::{self, ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
+use step::SagaDefinition;
 use tokio::net::TcpListener;
 
 /// Tunables of a running orchestrator.
@@ -71,14 +75,14 @@ impl Default for Settings {
 /// once and any saga whose lease expired).
 pub async fn serve(
     store: Arc<dyn store::SagaStore>,
-    invoker: Arc<dyn StepInvoker>,
+    definition: Arc<SagaDefinition>,
     settings: Settings,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     serve_with(
         store,
-        invoker,
+        definition,
         settings,
         ServeOptions::default(),
         listener,
@@ -91,7 +95,7 @@ pub async fn serve(
 /// requires, the largest accepted request.
 pub async fn serve_with(
     store: Arc<dyn store::SagaStore>,
-    invoker: Arc<dyn StepInvoker>,
+    definition: Arc<SagaDefinition>,
     settings: Settings,
     options: ServeOptions,
     listener: TcpListener,
@@ -103,7 +107,7 @@ pub async fn serve_with(
     let hub = Arc::new(hub::SagaHub::new());
     let executor = Arc::new(Executor::new(
         store.clone(),
-        invoker,
+        definition,
         settings.retry.clone(),
         settings.lease.clone(),
         hub.clone(),

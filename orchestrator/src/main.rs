@@ -51,18 +51,19 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         &shutdown,
     )
     .await?;
-    let invoker = OrderParticipants::new(
+    let definition = OrderParticipants::new(
         orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?,
         orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?,
         config.engine.call_timeout(),
-    );
+    )
+    .definition()?;
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
     let settings = config.engine.settings(config.listen)?;
     options.log_startup("orchestrator");
     orchestrator::serve_with(
         store,
-        Arc::new(invoker),
+        Arc::new(definition),
         settings,
         options,
         listener,

@@ -173,6 +173,7 @@ pub struct Lease {
 }
 
 impl Saga {
+    /// The step called `name`.
     pub fn step(&self, name: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.name == name)
     }
@@ -185,5 +186,18 @@ impl Saga {
     /// The lease owner, if any.
     pub fn lease_owner(&self) -> Option<&str> {
         self.lease.as_ref().map(|l| l.owner.as_str())
+    }
+
+    /// The saga's W3C trace id, which joins its log lines across the three
+    /// services: its UUID's 32 hex digits (anything that is not a UUID is
+    /// hashed into 32 hex digits).
+    pub fn trace_id(&self) -> String {
+        match uuid::Uuid::parse_str(&self.saga_id) {
+            Ok(id) => id.simple().to_string(),
+            Err(_) => {
+                use sha2::{Digest, Sha256};
+                hex::encode(&Sha256::digest(self.saga_id.as_bytes())[..16])
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ impl CrashableOrchestrator {
     /// multi-thread test runtime via `block_in_place`).
     pub fn start(
         storage: Storage,
-        invoker: Arc<dyn orchestrator::executor::StepInvoker>,
+        definition: Arc<orchestrator::step::SagaDefinition>,
         settings: orchestrator::Settings,
     ) -> CrashableOrchestrator {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -34,7 +34,7 @@ impl CrashableOrchestrator {
             let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
             let store = storage.sagas().await;
             let shutdown = service_kit::shutdown::Shutdown::new();
-            let _ = orchestrator::serve(store, invoker, settings, listener, shutdown).await;
+            let _ = orchestrator::serve(store, definition, settings, listener, shutdown).await;
         });
         CrashableOrchestrator {
             addr,

@@ -16,6 +16,7 @@ use embedded_store::Durability;
 use inventory_svc::store::SqliteInventoryStore;
 use orchestrator::executor::RetryPolicy;
 use orchestrator::order_saga::OrderParticipants;
+use orchestrator::step::SagaDefinition;
 use orchestrator::store::SqliteSagaStore;
 use payment_svc::store::SqlitePaymentStore;
 use saga_proto::inventory::v1 as inventory;
@@ -284,13 +285,23 @@ pub async fn start_orchestrator(
 }
 
 /// The real participants' clients, as the orchestrator binary builds them.
-pub fn invoker(payment: SocketAddr, inventory: SocketAddr) -> Arc<OrderParticipants> {
-    Arc::new(OrderParticipants::new(
+pub fn participants(payment: SocketAddr, inventory: SocketAddr) -> OrderParticipants {
+    OrderParticipants::new(
         orchestrator::participant_channel(&format!("http://{payment}")).expect("payment channel"),
         orchestrator::participant_channel(&format!("http://{inventory}"))
             .expect("inventory channel"),
         Duration::from_secs(2),
-    ))
+    )
+}
+
+/// The order saga over the real participants, as the orchestrator binary
+/// builds it.
+pub fn order_saga(payment: SocketAddr, inventory: SocketAddr) -> Arc<SagaDefinition> {
+    Arc::new(
+        participants(payment, inventory)
+            .definition()
+            .expect("order saga"),
+    )
 }
 
 /// Starts the orchestrator with explicit settings on a bound listener.
@@ -301,14 +312,14 @@ pub async fn serve_orchestrator(
     settings: orchestrator::Settings,
     listener: tokio::net::TcpListener,
 ) -> Running {
-    serve_orchestrator_with(storage, invoker(payment, inventory), settings, listener).await
+    serve_orchestrator_with(storage, order_saga(payment, inventory), settings, listener).await
 }
 
-/// Starts the orchestrator with any step invoker (tests wrap the real one
-/// to inject failures precisely).
+/// Starts the orchestrator with any saga definition (tests wrap the real
+/// steps to inject failures precisely).
 pub async fn serve_orchestrator_with(
     storage: impl Into<Storage>,
-    invoker: Arc<dyn orchestrator::executor::StepInvoker>,
+    definition: Arc<SagaDefinition>,
     settings: orchestrator::Settings,
     listener: tokio::net::TcpListener,
 ) -> Running {
@@ -317,7 +328,7 @@ pub async fn serve_orchestrator_with(
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        orchestrator::serve(store, invoker, settings, listener, stop)
+        orchestrator::serve(store, definition, settings, listener, stop)
             .await
             .expect("orchestrator serve");
     });

@@ -2,8 +2,9 @@
 //! FAILED sagas resumed by RetrySaga.
 
 use async_trait::async_trait;
-use orchestrator::executor::{LeasePolicy, Phase, StepInvoker};
+use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
+use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::{Service, Stack, Storage, fast_retry, order_request, wait_terminal};
@@ -76,8 +77,8 @@ fn crashable(
     stack: &Stack,
     settings: orchestrator::Settings,
 ) -> CrashableOrchestrator {
-    let invoker = saga_tests::invoker(stack.payment.addr, stack.inventory.addr);
-    tokio::task::block_in_place(|| CrashableOrchestrator::start(storage, invoker, settings))
+    let definition = saga_tests::order_saga(stack.payment.addr, stack.inventory.addr);
+    tokio::task::block_in_place(|| CrashableOrchestrator::start(storage, definition, settings))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,19 +154,35 @@ async fn another_instance_takes_over_a_saga_whose_lease_expired() {
     stack.stop().await;
 }
 
-/// The real participants, except that compensations fail while `broken`.
-struct BrokenCompensations {
-    inner: Arc<dyn StepInvoker>,
-    broken: AtomicBool,
+/// A real step, except that its compensation fails while `broken`.
+struct BrokenCompensation {
+    inner: Arc<dyn SagaStep>,
+    broken: Arc<AtomicBool>,
 }
 
 #[async_trait]
-impl StepInvoker for BrokenCompensations {
-    async fn invoke(&self, saga: &Saga, step: &Step, phase: Phase) -> Result<(), tonic::Status> {
-        if phase == Phase::Compensation && self.broken.load(Ordering::SeqCst) {
-            return Err(tonic::Status::unavailable("refund path is broken (test)"));
+impl SagaStep for BrokenCompensation {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn action(&self) -> &'static str {
+        self.inner.action()
+    }
+
+    fn compensation(&self) -> &'static str {
+        self.inner.compensation()
+    }
+
+    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+        self.inner.act(saga, step).await
+    }
+
+    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+        if self.broken.load(Ordering::SeqCst) {
+            return StepOutcome::Transient("refund path is broken (test)".into());
         }
-        self.inner.invoke(saga, step, phase).await
+        self.inner.compensate(saga, step).await
     }
 }
 
@@ -174,17 +191,25 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
     let stack = Stack::start().await;
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-pear", 3).await;
-    let invoker = Arc::new(BrokenCompensations {
-        inner: saga_tests::invoker(stack.payment.addr, stack.inventory.addr),
-        broken: AtomicBool::new(true),
-    });
+    let broken = Arc::new(AtomicBool::new(true));
+    let steps = saga_tests::participants(stack.payment.addr, stack.inventory.addr)
+        .steps()
+        .into_iter()
+        .map(|inner| {
+            Arc::new(BrokenCompensation {
+                inner,
+                broken: broken.clone(),
+            }) as Arc<dyn SagaStep>
+        })
+        .collect();
+    let definition = Arc::new(SagaDefinition::new(steps).expect("definition"));
     let mut retry = fast_retry();
     retry.compensation_attempts = 3;
     let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let port = listener.local_addr().expect("addr").port();
     let orchestrator = saga_tests::serve_orchestrator_with(
         stack.storage.clone(),
-        invoker.clone(),
+        definition,
         saga_tests::test_settings(retry, port),
         listener,
     )
@@ -229,7 +254,7 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
     );
 
     // The person fixes the cause and retries.
-    invoker.broken.store(false, Ordering::SeqCst);
+    broken.store(false, Ordering::SeqCst);
     let resumed = sagas
         .retry_saga(pb::RetrySagaRequest {
             saga_id: saga_id.clone(),
@@ -279,7 +304,7 @@ async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
     let port = listener.local_addr().expect("addr").port();
     let orchestrator = saga_tests::serve_orchestrator_with(
         stack.storage.clone(),
-        saga_tests::invoker(stack.payment.addr, stack.inventory.addr),
+        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
         saga_tests::test_settings(retry, port),
         listener,
     )

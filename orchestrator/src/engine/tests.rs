@@ -3,20 +3,18 @@
 use super::*;
 use crate::saga::OrderItem;
 
-const TWO_STEPS: SagaDefinition = SagaDefinition {
-    steps: &[
-        StepDefinition {
-            name: "payment",
-            action: "charge",
-            compensation: "refund",
-        },
-        StepDefinition {
-            name: "inventory",
-            action: "deduct",
-            compensation: "restock",
-        },
-    ],
-};
+const TWO_STEPS: &[StepNames] = &[
+    StepNames {
+        name: "payment",
+        action: "charge",
+        compensation: "refund",
+    },
+    StepNames {
+        name: "inventory",
+        action: "deduct",
+        compensation: "restock",
+    },
+];
 
 fn saga() -> Saga {
     let order = Order {
@@ -29,7 +27,7 @@ fn saga() -> Saga {
         }],
         total_cents: 5,
     };
-    start(&TWO_STEPS, "s1".into(), "r1".into(), "fp".into(), order, 1)
+    start(TWO_STEPS, "s1".into(), "r1".into(), "fp".into(), order, 1)
 }
 
 fn statuses(s: &Saga) -> Vec<StepStatus> {
@@ -166,4 +164,128 @@ fn history_is_append_only_and_names_steps() {
             .iter()
             .any(|t| t.step.as_deref() == Some("payment") && t.to == "succeeded")
     );
+}
+
+/// Steps named `s0`, `s1`, … (action and compensation named alike).
+const MANY: &[StepNames] = &[
+    named("s0"),
+    named("s1"),
+    named("s2"),
+    named("s3"),
+    named("s4"),
+];
+
+const fn named(name: &'static str) -> StepNames {
+    StepNames {
+        name,
+        action: name,
+        compensation: name,
+    }
+}
+
+/// How a forward step ends in [`run`].
+#[derive(Clone, Copy, PartialEq)]
+enum Fate {
+    Succeeds,
+    Refused,
+    Unknown,
+}
+
+/// Runs a saga of the first `n` steps of [`MANY`] to its end: each action
+/// meets `fate(i)`, every compensation succeeds. Returns the work done in
+/// order and the final saga.
+fn run(n: usize, fate: impl Fn(usize) -> Fate) -> (Vec<Next>, Saga) {
+    let order = Order {
+        order_id: "o".into(),
+        customer_id: "c".into(),
+        items: Vec::new(),
+        total_cents: 0,
+    };
+    let mut s = start(&MANY[..n], "s".into(), "r".into(), "fp".into(), order, 0);
+    let mut work = Vec::new();
+    for now in 1..100 {
+        let w = next(&s);
+        if w == Next::Done {
+            return (work, s);
+        }
+        work.push(w);
+        let outcome = match w {
+            Next::Act(i) => match fate(i) {
+                Fate::Succeeds => Outcome::Succeeded,
+                Fate::Refused => Outcome::Refused("no".into()),
+                Fate::Unknown => Outcome::GaveUp("timeout".into()),
+            },
+            _ => Outcome::Compensated,
+        };
+        record(&mut s, w, outcome, now);
+    }
+    panic!("saga of {n} steps did not end: {s:?}");
+}
+
+#[test]
+fn every_definition_length_completes_when_every_step_succeeds() {
+    for n in [1, 2, 3, 5] {
+        let (work, s) = run(n, |_| Fate::Succeeds);
+        assert_eq!(work, (0..n).map(Next::Act).collect::<Vec<_>>(), "{n} steps");
+        assert_eq!(s.status, SagaStatus::Completed);
+        assert!(s.steps.iter().all(|st| st.status == StepStatus::Succeeded));
+    }
+}
+
+#[test]
+fn a_refusal_at_any_position_compensates_the_earlier_steps_in_reverse() {
+    for n in [1, 2, 3, 5] {
+        for k in 0..n {
+            let (work, s) = run(n, |i| {
+                if i == k {
+                    Fate::Refused
+                } else {
+                    Fate::Succeeds
+                }
+            });
+            let mut expected: Vec<Next> = (0..=k).map(Next::Act).collect();
+            expected.extend((0..k).rev().map(Next::Compensate));
+            assert_eq!(work, expected, "{n} steps, refused at {k}");
+            assert_eq!(s.status, SagaStatus::Cancelled, "{n} steps, refused at {k}");
+            for (i, step) in s.steps.iter().enumerate() {
+                let want = match i.cmp(&k) {
+                    std::cmp::Ordering::Less => StepStatus::Compensated,
+                    std::cmp::Ordering::Equal => StepStatus::Refused,
+                    std::cmp::Ordering::Greater => StepStatus::Skipped,
+                };
+                assert_eq!(step.status, want, "{n} steps, refused at {k}, step {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_unknown_outcome_at_any_position_is_compensated_first_then_the_earlier_ones() {
+    for n in [1, 2, 3, 5] {
+        for k in 0..n {
+            let (work, s) = run(n, |i| {
+                if i == k {
+                    Fate::Unknown
+                } else {
+                    Fate::Succeeds
+                }
+            });
+            let mut expected: Vec<Next> = (0..=k).map(Next::Act).collect();
+            expected.extend((0..=k).rev().map(Next::Compensate));
+            assert_eq!(work, expected, "{n} steps, unknown at {k}");
+            assert_eq!(s.status, SagaStatus::Cancelled);
+            assert!(
+                s.steps[..=k]
+                    .iter()
+                    .all(|st| st.status == StepStatus::Compensated),
+                "{n} steps, unknown at {k}: {:?}",
+                statuses(&s)
+            );
+            assert!(
+                s.steps[k + 1..]
+                    .iter()
+                    .all(|st| st.status == StepStatus::Skipped)
+            );
+        }
+    }
 }

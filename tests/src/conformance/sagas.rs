@@ -1,13 +1,26 @@
 //! What every `SagaStore` must do, whatever it stores in.
 
-use orchestrator::engine::{self, Next, Outcome};
-use orchestrator::order_saga::ORDER_SAGA;
+use orchestrator::engine::{self, Next, Outcome, StepNames};
 use orchestrator::saga::{Lease, Order, OrderItem, Saga, SagaStatus};
 use orchestrator::store::{Created, SagaStore, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
 
 type Store = Arc<dyn SagaStore>;
+
+/// The steps of the sagas stored here (the order saga's names).
+const STEPS: &[StepNames] = &[
+    StepNames {
+        name: "payment",
+        action: "charge",
+        compensation: "refund",
+    },
+    StepNames {
+        name: "inventory",
+        action: "deduct",
+        compensation: "restock",
+    },
+];
 
 /// Every case of this suite, for [`crate::conformance_cases`].
 #[macro_export]
@@ -41,7 +54,7 @@ fn saga(id: &str, request_id: &str, created_at_ms: i64) -> Saga {
         total_cents: i64::MAX / 2,
     };
     let mut s = engine::start(
-        &ORDER_SAGA,
+        STEPS,
         id.into(),
         request_id.into(),
         "fp".into(),

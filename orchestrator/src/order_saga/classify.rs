@@ -1,4 +1,6 @@
-//! Which participant failures are worth retrying — decided in one place.
+//! Which participant failures are worth retrying — decided in one place,
+//! at the gRPC edge: the executor only ever sees the resulting
+//! [`StepOutcome`](crate::step::StepOutcome).
 //!
 //! A business refusal is an answer: retrying gets the same answer (the
 //! participant recorded it), so the saga compensates at once. Anything else

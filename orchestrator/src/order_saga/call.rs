@@ -1,0 +1,50 @@
+//! How the order saga's steps call a participant: every request carries
+//! the call deadline and the saga's trace context, and every reply is
+//! classified into a domain [`StepOutcome`] here, at the edge.
+
+use super::classify::{FailureClass, classify};
+use crate::saga::Saga;
+use crate::step::StepOutcome;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// What every participant call of the order saga shares.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Deadline of one participant call.
+    call_timeout: Duration,
+}
+
+impl Caller {
+    /// Calls with `call_timeout` as their deadline.
+    pub fn new(call_timeout: Duration) -> Self {
+        Caller { call_timeout }
+    }
+
+    /// A participant request with the call deadline and the saga's trace
+    /// context (`traceparent`, trace id = the saga id's 32 hex digits).
+    pub fn request<T>(&self, saga: &Saga, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request.set_timeout(self.call_timeout);
+        if let Ok(value) = service_kit::trace::traceparent(&saga.trace_id()).parse() {
+            request
+                .metadata_mut()
+                .insert(service_kit::trace::TRACEPARENT, value);
+        }
+        request
+    }
+
+    /// The domain outcome of a participant's reply.
+    pub fn outcome<T>(reply: Result<Response<T>, Status>) -> StepOutcome {
+        match reply {
+            Ok(_) => StepOutcome::Done,
+            Err(status) => {
+                let message = format!("{:?}: {}", status.code(), status.message());
+                match classify(&status) {
+                    FailureClass::Refused => StepOutcome::Refused(message),
+                    FailureClass::Transient => StepOutcome::Transient(message),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Saga definitions of 1, 2, 3 and 5 steps run through the real executor
+//! and a real (embedded) saga store, with fake participants that record
+//! every call: steps run in order, a refusal compensates the earlier steps
+//! in reverse, an unknown outcome is compensated before the earlier steps,
+//! and a compensation that keeps failing leaves the saga FAILED.
+
+use async_trait::async_trait;
+use embedded_store::Durability;
+use orchestrator::engine;
+use orchestrator::executor::{Executor, LeasePolicy, RetryPolicy};
+use orchestrator::hub::SagaHub;
+use orchestrator::saga::{Order, Saga, SagaStatus, Step, StepStatus};
+use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::store::{Created, SagaStore, SqliteSagaStore};
+use service_kit::shutdown::Shutdown;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Names of the fake steps; a definition of `n` steps uses the first `n`.
+const NAMES: [&str; 5] = ["alpha", "beta", "gamma", "delta", "epsilon"];
+
+/// How a fake participant answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Answer {
+    Applies,
+    Refuses,
+    /// Always UNAVAILABLE-like: the outcome stays unknown.
+    Unreachable,
+}
+
+/// A participant that answers as told and logs `do <name>` / `undo <name>`.
+struct FakeStep {
+    name: &'static str,
+    action: Answer,
+    compensation: Answer,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeStep {
+    fn answer(&self, answer: Answer, what: &str, step: &Step) -> StepOutcome {
+        assert_eq!(step.request_id, format!("saga-1:{}", self.name));
+        if let Ok(mut log) = self.log.lock() {
+            log.push(format!("{what} {}", self.name));
+        }
+        match answer {
+            Answer::Applies => StepOutcome::Done,
+            Answer::Refuses => StepOutcome::Refused("no (fake)".into()),
+            Answer::Unreachable => StepOutcome::Transient("unreachable (fake)".into()),
+        }
+    }
+}
+
+#[async_trait]
+impl SagaStep for FakeStep {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn action(&self) -> &'static str {
+        "do"
+    }
+
+    fn compensation(&self) -> &'static str {
+        "undo"
+    }
+
+    async fn act(&self, _saga: &Saga, step: &Step) -> StepOutcome {
+        self.answer(self.action, "do", step)
+    }
+
+    async fn compensate(&self, _saga: &Saga, step: &Step) -> StepOutcome {
+        self.answer(self.compensation, "undo", step)
+    }
+}
+
+/// Runs a saga of `n` fake steps whose actions answer `action(i)` and whose
+/// compensations answer `compensation`, to its end. Returns the call log
+/// and the final saga (as stored).
+async fn run(
+    n: usize,
+    action: impl Fn(usize) -> Answer,
+    compensation: Answer,
+) -> (Vec<String>, Saga) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let steps: Vec<Arc<dyn SagaStep>> = NAMES[..n]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            Arc::new(FakeStep {
+                name,
+                action: action(i),
+                compensation,
+                log: log.clone(),
+            }) as Arc<dyn SagaStep>
+        })
+        .collect();
+    let definition = Arc::new(SagaDefinition::new(steps).expect("definition"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn SagaStore> = Arc::new(
+        SqliteSagaStore::open(&dir.path().join("sagas.db"), Durability::Process).expect("store"),
+    );
+    let retry = RetryPolicy {
+        action_attempts: 3,
+        compensation_attempts: 3,
+        min_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(2),
+        step_deadline: Duration::from_secs(30),
+    };
+    let lease = LeasePolicy {
+        owner: "test".into(),
+        ttl: Duration::from_secs(30),
+        sweep_interval: Duration::from_secs(1),
+    };
+    let executor = Executor::new(
+        store.clone(),
+        definition.clone(),
+        retry,
+        lease,
+        Arc::new(SagaHub::new()),
+        Shutdown::new(),
+        16,
+    );
+    let order = Order {
+        order_id: "order-1".into(),
+        customer_id: "c".into(),
+        items: Vec::new(),
+        total_cents: 0,
+    };
+    let mut saga = engine::start(
+        definition.names(),
+        "saga-1".into(),
+        "req-1".into(),
+        "fp".into(),
+        order,
+        service_kit::time::now_ms(),
+    );
+    saga.version = 1;
+    saga.lease = Some(executor.new_lease());
+    assert_eq!(store.create(&saga).await.expect("create"), Created::New);
+    let done = executor.drive(saga).await.expect("drive");
+    let stored = store.get("saga-1").await.expect("get").expect("stored");
+    assert_eq!(stored, done, "the final state is persisted");
+    let calls = log.lock().map(|l| l.clone()).unwrap_or_default();
+    (calls, stored)
+}
+
+fn calls(list: &[String]) -> Vec<&str> {
+    list.iter().map(String::as_str).collect()
+}
+
+#[tokio::test]
+async fn a_three_step_saga_runs_its_steps_in_order() {
+    let (log, saga) = run(3, |_| Answer::Applies, Answer::Applies).await;
+    assert_eq!(calls(&log), ["do alpha", "do beta", "do gamma"]);
+    assert_eq!(saga.status, SagaStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_refusal_at_any_position_undoes_the_earlier_steps_in_reverse() {
+    for n in [1, 2, 3, 5] {
+        for k in 0..n {
+            let (log, saga) = run(
+                n,
+                |i| {
+                    if i == k {
+                        Answer::Refuses
+                    } else {
+                        Answer::Applies
+                    }
+                },
+                Answer::Applies,
+            )
+            .await;
+            let mut expected: Vec<String> = NAMES[..=k].iter().map(|s| format!("do {s}")).collect();
+            expected.extend(NAMES[..k].iter().rev().map(|s| format!("undo {s}")));
+            assert_eq!(log, expected, "{n} steps, refused at {k}");
+            assert_eq!(
+                saga.status,
+                SagaStatus::Cancelled,
+                "{n} steps, refused at {k}"
+            );
+            assert_eq!(saga.steps[k].status, StepStatus::Refused);
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_compensated_before_the_earlier_steps() {
+    for n in [1, 2, 3, 5] {
+        let k = n - 1;
+        let (log, saga) = run(
+            n,
+            |i| {
+                if i == k {
+                    Answer::Unreachable
+                } else {
+                    Answer::Applies
+                }
+            },
+            Answer::Applies,
+        )
+        .await;
+        let mut expected: Vec<String> = NAMES[..k].iter().map(|s| format!("do {s}")).collect();
+        // Three attempts (the budget), then the compensation of that very
+        // step, then the earlier ones in reverse.
+        expected.extend(std::iter::repeat_n(format!("do {}", NAMES[k]), 3));
+        expected.extend(NAMES[..=k].iter().rev().map(|s| format!("undo {s}")));
+        assert_eq!(log, expected, "{n} steps");
+        assert_eq!(saga.status, SagaStatus::Cancelled);
+        assert!(
+            saga.steps
+                .iter()
+                .all(|s| s.status == StepStatus::Compensated),
+            "{:?}",
+            saga.steps
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_compensation_that_keeps_failing_leaves_the_saga_failed() {
+    let (log, saga) = run(
+        3,
+        |i| {
+            if i == 2 {
+                Answer::Refuses
+            } else {
+                Answer::Applies
+            }
+        },
+        Answer::Unreachable,
+    )
+    .await;
+    assert_eq!(
+        calls(&log),
+        [
+            "do alpha",
+            "do beta",
+            "do gamma",
+            "undo beta",
+            "undo beta",
+            "undo beta"
+        ]
+    );
+    assert_eq!(saga.status, SagaStatus::Failed);
+    assert!(saga.reason.as_deref().is_some_and(|r| r.contains("undo")));
+}
