@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1.7
 #
-# One image for every service: orchestrator, payment-svc, inventory-svc and the
-# grpc-health probe all live in /usr/local/bin; compose.yaml's `command` picks
-# which one a container runs.
+# One image for every service: orchestrator, payment-svc, inventory-svc, the
+# dev-stack tool (its `seed` loads the demo data) and the grpc-health probe all
+# live in /usr/local/bin; compose.yaml's `command` picks which one a container
+# runs.
 #
 #   docker build -t saga-orchestrator:dev .
 #
@@ -24,20 +25,21 @@ ENV CARGO_TERM_COLOR=never \
 
 COPY . .
 
-# `-p` is needed because the workspace's default-members is only `orchestrator`.
+# `-p` is needed because the workspace's default-members is only `dev-stack`.
 # The binaries are copied out of the target cache mount, which is not part of
 # the image layer.
 RUN --mount=type=cache,id=saga-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=saga-cargo-git,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,id=saga-target-bookworm,target=/src/target,sharing=locked \
     cargo build --release --locked \
-        -p orchestrator -p payment-svc -p inventory-svc -p service-kit \
-        --bin orchestrator --bin payment-svc --bin inventory-svc --bin grpc-health \
+        -p orchestrator -p payment-svc -p inventory-svc -p service-kit -p dev-stack \
+        --bin orchestrator --bin payment-svc --bin inventory-svc --bin grpc-health --bin dev-stack \
  && mkdir -p /out \
  && cp target/release/orchestrator \
        target/release/payment-svc \
        target/release/inventory-svc \
        target/release/grpc-health \
+       target/release/dev-stack \
        /out/
 
 # ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-//! Command line of the `orchestrator` binary: `serve` (the default) runs the
-//! orchestrator alone; `dev` runs all three services in one process with
-//! demo data. Every flag has an environment fallback and a default that makes
-//! the zero-flag command work.
+//! Command line of the `orchestrator` binary: `serve` (also the default).
+//! Every flag has an environment fallback and a default that makes the
+//! zero-flag command work. [`EngineConfig`], [`MongoConfig`] and
+//! [`MetricsConfig`] are also what the dev stack (`dev-stack`) flattens into
+//! its own flags.
 
 use embedded_store::Durability;
 use service_kit::telemetry::LogFormat;
@@ -22,30 +23,11 @@ pub struct Cli {
     pub serve: ServeConfig,
 }
 
+/// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Run the orchestrator alone (the default).
+    /// Run the orchestrator (the default).
     Serve(ServeConfig),
-    /// Run orchestrator, payment-svc and inventory-svc in one process with
-    /// embedded stores and demo data, and print grpcurl commands to try.
-    Dev(DevConfig),
-    /// Seed the demo accounts and products into running participants
-    /// (idempotent; waits until they answer).
-    Seed(SeedConfig),
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct SeedConfig {
-    #[arg(long, env = "PAYMENT_ADDR", default_value = "http://127.0.0.1:50052")]
-    pub payment_addr: String,
-    #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
-    pub inventory_addr: String,
-    /// Token the participants' Deposit/AddStock require (if any).
-    #[command(flatten)]
-    pub admin: service_kit::auth::AdminConfig,
-    /// `--tls-ca` to call participants over TLS.
-    #[command(flatten)]
-    pub tls: service_kit::tls::TlsConfig,
 }
 
 /// Defaults of the orchestrator's `--metrics-listen` (dev: the endpoint of
@@ -202,40 +184,6 @@ pub struct ServeConfig {
     /// TLS of this server (`--tls-cert`, `--tls-key`) and of its calls to
     /// the participants (`--tls-ca`; a client certificate from
     /// `--tls-cert`/`--tls-key` when they ask for one).
-    #[command(flatten)]
-    pub tls: service_kit::tls::TlsConfig,
-    #[command(flatten)]
-    pub limits: service_kit::server::LimitsConfig,
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct DevConfig {
-    /// Directory for the three embedded stores (relative to the current
-    /// directory).
-    #[arg(long, env = "DEV_DATA_DIR", default_value = "data")]
-    pub data_dir: PathBuf,
-    #[arg(long, default_value = "127.0.0.1:50051")]
-    pub orchestrator_listen: SocketAddr,
-    #[arg(long, default_value = "127.0.0.1:50052")]
-    pub payment_listen: SocketAddr,
-    #[arg(long, default_value = "127.0.0.1:50053")]
-    pub inventory_listen: SocketAddr,
-    /// Fault injection in both participants (each gets its own sequence),
-    /// to watch retries and compensations happen.
-    #[command(flatten)]
-    pub faults: participant_kit::faults::FaultConfig,
-    #[command(flatten)]
-    pub mongo: MongoConfig,
-    #[command(flatten)]
-    pub metrics: MetricsConfig,
-    #[command(flatten)]
-    pub engine: EngineConfig,
-    /// One admin token for all three services (and the seeding calls).
-    #[command(flatten)]
-    pub admin: service_kit::auth::AdminConfig,
-    /// One certificate for all three servers (it must name 127.0.0.1) and
-    /// `--tls-ca` to verify it (required with TLS: dev calls its own
-    /// participants).
     #[command(flatten)]
     pub tls: service_kit::tls::TlsConfig,
     #[command(flatten)]

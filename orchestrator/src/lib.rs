@@ -22,13 +22,11 @@
 //! - [`app`]: the use cases (create, get, list, recover).
 //! - [`grpc`] / [`convert`]: the thin `saga.v1` adapters and validation.
 //! - [`hub`]: wakes `wait`ing callers when their saga changes.
-//! - [`config`] / [`dev`]: the binary's command line and the one-command dev
-//!   stack.
+//! - [`config`]: the binary's command line.
 
 pub mod app;
 pub mod config;
 pub mod convert;
-pub mod dev;
 pub mod engine;
 pub mod executor;
 pub mod grpc;

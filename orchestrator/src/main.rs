@@ -1,4 +1,4 @@
-//! The `orchestrator` binary: `serve` (default) or `dev`.
+//! The `orchestrator` binary: `serve` (also the default).
 
 /// mimalloc: every gRPC call allocates many small buffers; glibc malloc
 /// showed up at ~6% of CPU in profiles under load.
@@ -15,15 +15,7 @@ use std::sync::Arc;
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Dev(config)) => {
-            service_kit::telemetry::init(config.engine.log_format);
-            orchestrator::dev::run(config).await
-        }
         Some(Command::Serve(config)) => serve(config).await,
-        Some(Command::Seed(config)) => {
-            service_kit::telemetry::init(Default::default());
-            orchestrator::dev::seed_when_up(&config).await
-        }
         None => serve(cli.serve).await,
     };
     match result {

