@@ -18,6 +18,8 @@
 //!   own admin RPCs.
 //! - [`banner`]: what `dev` prints once it is up.
 
+#![warn(missing_docs)]
+
 pub mod banner;
 pub mod config;
 pub mod seed;

@@ -17,6 +17,8 @@
 //! Reads run on a small pool of read-only connections, which WAL lets proceed
 //! concurrently with the writer.
 
+#![warn(missing_docs)]
+
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -41,13 +43,18 @@ const READERS: usize = 4;
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     #[error("sqlite: {0}")]
+    /// SQLite refused or failed the statement.
     Sqlite(#[from] rusqlite::Error),
     #[error("the store's writer thread has stopped")]
+    /// The writer thread is gone (the process is shutting down or it panicked).
     WriterGone,
     #[error("opening {path}: {source}")]
+    /// The database file or its directory could not be created.
     Open {
+        /// What could not be opened.
         path: PathBuf,
         #[source]
+        /// Why.
         source: std::io::Error,
     },
 }

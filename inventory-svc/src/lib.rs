@@ -13,6 +13,8 @@
 //!   ([`store::stock`]), and their embedded SQLite and MongoDB backends;
 //! - [`grpc`]: the `inventory.v1` mapping to and from the store's types.
 
+#![warn(missing_docs)]
+
 pub mod grpc;
 pub mod store;
 

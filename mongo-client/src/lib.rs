@@ -10,6 +10,8 @@
 //!   `TransientTransactionError` / retryable are "unavailable": callers retry
 //!   them; everything else is not.
 
+#![warn(missing_docs)]
+
 use backon::{BackoffBuilder, ExponentialBuilder};
 use bson::{Document, doc};
 use mongodb::error::{Error, ErrorKind, WriteFailure};

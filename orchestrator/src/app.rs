@@ -17,9 +17,13 @@ use tokio::time::Instant;
 /// A validated CreateOrder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOrder {
+    /// The client's idempotency key.
     pub request_id: String,
+    /// Who pays.
     pub customer_id: String,
+    /// What is ordered (1 to 100 lines).
     pub items: Vec<OrderItem>,
+    /// Σ quantity × unit price, checked for overflow.
     pub total_cents: i64,
 }
 
@@ -44,20 +48,26 @@ pub enum AppError {
     #[error(
         "request_id {0:?} was reused with different parameters (customer or items differ from the saga it created)"
     )]
+    /// The request id has a saga with other parameters (ALREADY_EXISTS).
     RequestIdReused(String),
     #[error("{0}")]
+    /// No such saga (NOT_FOUND).
     NotFound(String),
     #[error("{0}")]
+    /// The saga is not in a state the call applies to (FAILED_PRECONDITION).
     NotRetryable(String),
     #[error("too many sagas in flight on this orchestrator (cap {0}); retry later")]
+    /// This instance drives as many sagas as it may (RESOURCE_EXHAUSTED).
     Saturated(usize),
     #[error(transparent)]
+    /// The store failed (UNAVAILABLE, or ABORTED on a conflict).
     Store(#[from] StoreError),
 }
 
 /// The result of CreateOrder.
 #[derive(Debug, Clone)]
 pub struct Placed {
+    /// The saga (terminal when `wait` was asked and it finished in time).
     pub saga: Saga,
     /// False when the request id matched an existing saga.
     pub created: bool,
@@ -102,6 +112,7 @@ pub struct Orchestrator {
 }
 
 impl Orchestrator {
+    /// The use cases over `store`, driving sagas with `executor`.
     pub fn new(
         store: Arc<dyn SagaStore>,
         executor: Arc<Executor>,
@@ -263,6 +274,7 @@ impl Orchestrator {
         ))
     }
 
+    /// One saga by id; NOT_FOUND when there is none.
     pub async fn get(&self, saga_id: &str) -> Result<Saga, AppError> {
         self.store
             .get(saga_id)
@@ -270,6 +282,7 @@ impl Orchestrator {
             .ok_or_else(|| AppError::NotFound(format!("no saga with saga_id {saga_id:?}")))
     }
 
+    /// The saga a CreateOrder request id created; NOT_FOUND when there is none.
     pub async fn get_by_request_id(&self, request_id: &str) -> Result<Saga, AppError> {
         self.store
             .get_by_request_id(request_id)
@@ -277,6 +290,7 @@ impl Orchestrator {
             .ok_or_else(|| AppError::NotFound(format!("no saga with request_id {request_id:?}")))
     }
 
+    /// A page of sagas, newest first.
     pub async fn list(
         &self,
         status: Option<SagaStatus>,

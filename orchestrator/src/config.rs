@@ -16,10 +16,13 @@ use std::time::Duration;
     about = "Saga orchestrator for orders: payment (charge/refund) then inventory (deduct/restock)",
     args_conflicts_with_subcommands = true
 )]
+/// The `orchestrator` command line.
 pub struct Cli {
     #[command(subcommand)]
+    /// `serve` (optional: it is the default).
     pub command: Option<Command>,
     #[command(flatten)]
+    /// The flags of the default `serve`.
     pub serve: ServeConfig,
 }
 
@@ -106,18 +109,22 @@ pub struct EngineConfig {
     #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
     pub durability: Durability,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    /// Log lines as text or JSON.
     pub log_format: LogFormat,
 }
 
 impl EngineConfig {
+    /// Deadline of one participant call.
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
     }
 
+    /// Longest a CreateOrder with `wait` is held.
     pub fn max_wait(&self) -> Duration {
         Duration::from_millis(self.max_wait_ms)
     }
 
+    /// The attempt budgets and deadline as the executor uses them.
     pub fn retry_policy(&self) -> crate::executor::RetryPolicy {
         crate::executor::RetryPolicy {
             action_attempts: self.action_attempts.max(1),
@@ -159,6 +166,7 @@ impl EngineConfig {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+/// `orchestrator serve`: the orchestrator alone, calling remote participants.
 pub struct ServeConfig {
     /// Address to serve gRPC on.
     #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:50051")]
@@ -173,10 +181,13 @@ pub struct ServeConfig {
     #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
     pub inventory_addr: String,
     #[command(flatten)]
+    /// MongoDB instead of the embedded store.
     pub mongo: MongoConfig,
     #[command(flatten)]
+    /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
     #[command(flatten)]
+    /// How sagas are driven.
     pub engine: EngineConfig,
     /// Admin token RetrySaga requires (`--admin-token` / `ADMIN_TOKEN`).
     #[command(flatten)]
@@ -187,6 +198,7 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub tls: service_kit::tls::TlsConfig,
     #[command(flatten)]
+    /// Request limits.
     pub limits: service_kit::server::LimitsConfig,
 }
 

@@ -84,6 +84,7 @@ pub fn encode_cursor(cursor: &Cursor) -> String {
     URL_SAFE_NO_PAD.encode(format!("{}:{}", cursor.created_at_ms, cursor.saga_id))
 }
 
+/// Reads a ListSagas page token (INVALID_ARGUMENT naming `page_token` when it is not one).
 pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
     if token.is_empty() {
         return Ok(None);
@@ -102,6 +103,7 @@ pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
     }))
 }
 
+/// A saga status on the wire.
 pub fn saga_status(s: SagaStatus) -> pb::SagaStatus {
     match s {
         SagaStatus::Running => pb::SagaStatus::Running,
@@ -174,6 +176,7 @@ fn order(o: Order) -> pb::Order {
     }
 }
 
+/// A saga on the wire.
 pub fn saga(s: Saga) -> pb::Saga {
     pb::Saga {
         saga_id: s.saga_id,

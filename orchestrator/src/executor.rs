@@ -40,7 +40,9 @@ pub struct RetryPolicy {
     pub action_attempts: u32,
     /// Attempts of a compensation before the saga is marked Failed.
     pub compensation_attempts: u32,
+    /// Shortest backoff delay between attempts.
     pub min_delay: Duration,
+    /// Longest backoff delay between attempts (full jitter: a sleep is uniform below it).
     pub max_delay: Duration,
     /// A forward step still failing transiently this long after it started
     /// is given up (and compensated), whatever attempts remain.
@@ -98,14 +100,17 @@ impl Default for LeasePolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum DriveError {
     #[error("another writer advanced the saga; it drives it now")]
+    /// Another instance advanced the saga (its lease expired here); it drives it now.
     Superseded,
     #[error("shutting down; the saga resumes from its persisted state on restart")]
+    /// The process is stopping; the saga resumes from its persisted state.
     ShuttingDown,
     /// The saga has a step this orchestrator's definition lacks (stored by
     /// another version): left for an instance that knows it.
     #[error("the saga has a step {0:?} this orchestrator does not define")]
     UnknownStep(String),
     #[error(transparent)]
+    /// The store failed in a way waiting does not cure.
     Store(#[from] StoreError),
 }
 

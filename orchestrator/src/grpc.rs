@@ -38,6 +38,7 @@ pub struct OrderApi {
 }
 
 impl OrderApi {
+    /// The service over `app`; `wait` is held at most `max_wait`.
     pub fn new(app: Arc<Orchestrator>, max_wait: Duration) -> Self {
         OrderApi { app, max_wait }
     }
@@ -101,6 +102,7 @@ pub struct SagaApi {
 }
 
 impl SagaApi {
+    /// The service over `app`, RetrySaga open to everyone (see `with_admin`).
     pub fn new(app: Arc<Orchestrator>) -> Self {
         SagaApi {
             app,

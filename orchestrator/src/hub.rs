@@ -17,6 +17,7 @@ pub struct SagaHub {
 }
 
 impl SagaHub {
+    /// An empty hub.
     pub fn new() -> Self {
         Self::default()
     }

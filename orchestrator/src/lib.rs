@@ -24,6 +24,8 @@
 //! - [`hub`]: wakes `wait`ing callers when their saga changes.
 //! - [`config`]: the binary's command line.
 
+#![warn(missing_docs)]
+
 pub mod app;
 pub mod config;
 pub mod convert;
@@ -47,8 +49,11 @@ use tokio::net::TcpListener;
 /// Tunables of a running orchestrator.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Attempt budgets, backoff and step deadline.
     pub retry: RetryPolicy,
+    /// This instance's name, lease length and sweep interval.
     pub lease: LeasePolicy,
+    /// Longest a CreateOrder with `wait` is held.
     pub max_wait: Duration,
     /// Cap on sagas driven at once by this instance.
     pub max_in_flight: usize,

@@ -10,16 +10,22 @@ use serde::{Deserialize, Serialize};
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderItem {
+    /// The product.
     pub product_id: String,
+    /// Units (positive).
     pub quantity: i64,
+    /// Price of one unit in cents (positive).
     pub unit_price_cents: i64,
 }
 
 /// The business payload the order saga moves through the participants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
+    /// `order-<saga_id>`.
     pub order_id: String,
+    /// Who pays.
     pub customer_id: String,
+    /// The lines, in order (a line's position is its stable index at the participants).
     pub items: Vec<OrderItem>,
     /// Σ quantity × unit price, computed with overflow checks at creation.
     pub total_cents: i64,
@@ -51,6 +57,7 @@ impl SagaStatus {
         )
     }
 
+    /// The stored form.
     pub fn as_str(self) -> &'static str {
         match self {
             SagaStatus::Running => "running",
@@ -61,6 +68,7 @@ impl SagaStatus {
         }
     }
 
+    /// Reads back [`SagaStatus::as_str`].
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "running" => SagaStatus::Running,
@@ -94,6 +102,7 @@ pub enum StepStatus {
 }
 
 impl StepStatus {
+    /// The stored form.
     pub fn as_str(self) -> &'static str {
         match self {
             StepStatus::Pending => "pending",
@@ -114,44 +123,62 @@ pub struct Step {
     pub name: String,
     /// Action and compensation names, e.g. `charge` / `refund`.
     pub action: String,
+    /// The compensation's name, e.g. `refund`.
     pub compensation: String,
+    /// Where the step stands.
     pub status: StepStatus,
     /// Stable idempotency key sent to the participant for both the action
     /// and its compensation: `<saga_id>:<name>`.
     pub request_id: String,
+    /// Attempts of the action so far.
     pub attempts: u32,
+    /// Attempts of the compensation so far.
     pub compensation_attempts: u32,
+    /// The last failure of either.
     pub last_error: Option<String>,
+    /// When the action's intent was recorded.
     pub started_at_ms: Option<i64>,
+    /// When the step reached its last state.
     pub finished_at_ms: Option<i64>,
 }
 
 /// One entry of the append-only history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
+    /// When, in milliseconds since the epoch.
     pub at_ms: i64,
     /// None for saga-level transitions.
     pub step: Option<String>,
+    /// The state before.
     pub from: String,
+    /// The state after.
     pub to: String,
+    /// Why (a reason, an error).
     pub detail: String,
 }
 
 /// A saga instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Saga {
+    /// The saga's id (a UUID v7, so ids sort by creation time).
     pub saga_id: String,
     /// The client's CreateOrder idempotency key (unique).
     pub request_id: String,
     /// Digest of the CreateOrder parameters, to refuse a reused request_id.
     pub fingerprint: String,
+    /// What the saga moves through the participants.
     pub order: Order,
+    /// Where the saga stands.
     pub status: SagaStatus,
+    /// Its steps, in forward order.
     pub steps: Vec<Step>,
+    /// Every transition, oldest first.
     pub history: Vec<Transition>,
     /// Why the saga is compensating, cancelled or failed.
     pub reason: Option<String>,
+    /// When the saga was created (ms since the epoch).
     pub created_at_ms: i64,
+    /// When it last changed state.
     pub updated_at_ms: i64,
     /// Optimistic-concurrency version: every store update requires the
     /// version it read and increments it.
@@ -168,7 +195,9 @@ pub struct Saga {
 /// instances never both advance it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
+    /// The instance driving the saga.
     pub owner: String,
+    /// When the lease expires (ms since the epoch) unless renewed.
     pub until_ms: i64,
 }
 

@@ -62,6 +62,7 @@ pub trait HistoryTx {
 /// compensation, and the parameters both carry.
 #[derive(Debug, Clone)]
 pub struct Operation<'a> {
+    /// The caller's idempotency key, shared by the action and its compensation.
     pub request_id: &'a str,
     /// e.g. `charge`, `deduct`, `deposit`.
     pub action_kind: &'a str,
@@ -71,6 +72,7 @@ pub struct Operation<'a> {
     pub subject: &'a str,
     /// A magnitude for listing (cents or units).
     pub amount: i64,
+    /// The parameters both calls must repeat exactly.
     pub fingerprint: &'a Fingerprint,
 }
 
@@ -84,22 +86,34 @@ pub enum BarrierError<E> {
         "request_id {request_id:?} was reused with different parameters (recorded {kind} {recorded}, this call {received})"
     )]
     ParameterMismatch {
+        /// The reused key.
         request_id: String,
+        /// The operation kind whose record differs.
         kind: String,
+        /// What the record holds.
         recorded: String,
+        /// What this call sent.
         received: String,
     },
     /// The action arrived after its compensation (hanging protection).
     #[error(
         "request_id {request_id:?}: {kind} refused because it was already compensated (the compensation arrived first)"
     )]
-    AlreadyCompensated { request_id: String, kind: String },
+    AlreadyCompensated {
+        /// The key.
+        request_id: String,
+        /// The action's kind.
+        kind: String,
+    },
     /// The history holds a record in a state the protocol never leaves behind
     /// after a commit; reported rather than guessed at.
     #[error("request_id {request_id:?}: {kind} record is in unexpected state {status}")]
     Corrupt {
+        /// The key.
         request_id: String,
+        /// The operation kind.
         kind: String,
+        /// The state found.
         status: String,
     },
     /// The store failed; the transaction must be rolled back. (The message
@@ -121,9 +135,15 @@ pub enum ActionGate {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     /// Applied; `detail` is what the participant stored with it.
-    Applied { detail: String },
+    Applied {
+        /// What the participant stored with it (e.g. the balance after).
+        detail: String,
+    },
     /// Refused for a business reason; a retry gets the same refusal.
-    Refused { detail: String },
+    Refused {
+        /// The encoded [`Refusal`](crate::Refusal).
+        detail: String,
+    },
 }
 
 /// What [`begin_compensation`] decided.
@@ -139,6 +159,7 @@ pub enum CompensationGate {
 /// The outcome of a compensation call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompensationResult {
+    /// What the compensation did.
     pub effect: CompensationEffect,
     /// True when replayed from an earlier identical compensation.
     pub replayed: bool,
@@ -147,8 +168,11 @@ pub struct CompensationResult {
 /// What a compensation did to the action's effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompensationEffect {
+    /// The applied action is undone.
     Undone,
+    /// The action never arrived; it will be refused if it does.
     NullCompensation,
+    /// The action was refused: nothing to undo.
     NothingToUndo,
 }
 

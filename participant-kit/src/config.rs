@@ -1,6 +1,6 @@
 //! A participant binary's flags, written once: [`ParticipantConfig`], with
 //! the names and defaults that differ per participant given by a
-//! [`ParticipantDefaults`] type (declared with [`participant_defaults!`]).
+//! [`ParticipantDefaults`] type (declared with [`participant_defaults!`](crate::participant_defaults)).
 
 use crate::faults::FaultConfig;
 use embedded_store::Durability;
@@ -97,6 +97,7 @@ pub struct ParticipantConfig<D: ParticipantDefaults> {
     #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
     pub durability: Durability,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    /// Log lines as text or JSON.
     pub log_format: LogFormat,
     /// Fault injection (`--fault-*` / `FAULT_*`); off by default.
     #[command(flatten)]

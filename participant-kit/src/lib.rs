@@ -30,6 +30,8 @@
 //! - [`metrics`]: `participant_operations_total{kind, result}`.
 //! - [`config`] / [`startup`]: the participant binary's flags and start-up.
 
+#![warn(missing_docs)]
+
 pub mod barrier;
 pub mod config;
 pub mod faults;

@@ -39,11 +39,14 @@ pub fn indexes() -> Vec<IndexModel> {
 /// session the transaction runs on. Participants add their own effects by
 /// implementing their storage traits for this type.
 pub struct MongoHistory<'s> {
+    /// The participant's database.
     pub db: &'s Database,
+    /// The session the transaction runs on.
     pub session: &'s mut ClientSession,
 }
 
 impl<'s> MongoHistory<'s> {
+    /// The transaction on `session` in `db`.
     pub fn new(db: &'s Database, session: &'s mut ClientSession) -> Self {
         MongoHistory { db, session }
     }

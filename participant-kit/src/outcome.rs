@@ -9,13 +9,18 @@ use tonic::Status;
 /// The reply to an action (charge, deduct, deposit, add stock).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActionReply<T> {
+    /// Applied (now or by an earlier identical call).
     Applied {
+        /// What the action produced (a balance, an availability).
         value: T,
+        /// True when replayed from the operationHistory.
         replayed: bool,
     },
     /// A business refusal. It is recorded, so `replayed` retries get it too.
     Refused {
+        /// Why.
         refusal: Refusal,
+        /// True when replayed from the operationHistory.
         replayed: bool,
     },
 }
@@ -36,7 +41,9 @@ pub enum Admission {
 /// Why a participant refused an action for a business reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// Which kind of refusal (decides the status code).
     pub reason: RefusalReason,
+    /// What the caller is told.
     pub message: String,
 }
 
@@ -52,6 +59,7 @@ pub enum RefusalReason {
 }
 
 impl Refusal {
+    /// A refusal for `reason`, saying `message`.
     pub fn new(reason: RefusalReason, message: impl Into<String>) -> Self {
         Refusal {
             reason,
@@ -191,7 +199,9 @@ mod tests {
 /// retry labels) or a refusal decided by the barrier or the participant.
 #[derive(Debug)]
 pub enum Failure<E> {
+    /// The store failed (the transaction is retried or rolled back).
     Store(E),
+    /// The call is refused; the transaction must not commit.
     Refused(ParticipantError),
 }
 

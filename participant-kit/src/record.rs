@@ -7,16 +7,19 @@ use service_kit::time::now_ms;
 /// `(request_id, kind)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperationRecord {
+    /// The caller's idempotency key.
     pub request_id: String,
+    /// The operation kind (`charge`, `refund`, `deduct`, …).
     pub kind: String,
     /// Account or product the operation concerns.
     pub subject: String,
     /// Cents or units, for display.
     pub amount: i64,
-    /// Hex digest of the parameters ([`Fingerprint`]).
+    /// Hex digest of the parameters ([`Fingerprint`](service_kit::fingerprint::Fingerprint)).
     pub fingerprint: String,
     /// Readable parameters, for refusals that must say what differed.
     pub parameters: String,
+    /// Where the operation stands.
     pub status: RecordStatus,
     /// Participant-specific data recorded with the outcome (a refusal
     /// message, a balance).
@@ -45,6 +48,7 @@ impl OperationRecord {
 /// an open transaction and is never committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordStatus {
+    /// Claimed inside an open transaction; never committed in this state.
     Pending,
     /// Action applied.
     Applied,
@@ -61,6 +65,7 @@ pub enum RecordStatus {
 }
 
 impl RecordStatus {
+    /// The stored form.
     pub fn as_str(self) -> &'static str {
         match self {
             RecordStatus::Pending => "pending",
@@ -73,6 +78,7 @@ impl RecordStatus {
         }
     }
 
+    /// Reads back [`RecordStatus::as_str`].
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "pending" => RecordStatus::Pending,

@@ -11,6 +11,8 @@
 //!   ([`store::ledger`]), and their embedded SQLite and MongoDB backends;
 //! - [`grpc`]: the `payment.v1` mapping to and from the store's types.
 
+#![warn(missing_docs)]
+
 pub mod grpc;
 pub mod store;
 

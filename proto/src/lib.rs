@@ -9,9 +9,12 @@
 //! participants) and `faults.v1` (fault injection, served by both
 //! participants).
 
+#![warn(missing_docs)]
+
 /// `saga.v1`: the orchestrator's public API (orders and saga inspection).
 pub mod saga {
     /// Version 1.
+    #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them
     pub mod v1 {
         tonic::include_proto!("saga.v1");
     }
@@ -21,6 +24,7 @@ pub mod saga {
 /// compensation, one operationHistory entry).
 pub mod participant {
     /// Version 1.
+    #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them
     pub mod v1 {
         tonic::include_proto!("participant.v1");
     }
@@ -29,6 +33,7 @@ pub mod participant {
 /// `payment.v1`: the payment participant (charge, refund).
 pub mod payment {
     /// Version 1.
+    #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them
     pub mod v1 {
         tonic::include_proto!("payment.v1");
     }
@@ -37,6 +42,7 @@ pub mod payment {
 /// `inventory.v1`: the inventory participant (deduct, restock).
 pub mod inventory {
     /// Version 1.
+    #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them
     pub mod v1 {
         tonic::include_proto!("inventory.v1");
     }
@@ -45,6 +51,7 @@ pub mod inventory {
 /// `faults.v1`: fault injection served by both participants (admin).
 pub mod faults {
     /// Version 1.
+    #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them
     pub mod v1 {
         tonic::include_proto!("faults.v1");
     }

@@ -18,6 +18,8 @@
 //!   `--tls-client-auth`) for servers and the clients that call them.
 //! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod fingerprint;
 pub mod metrics;

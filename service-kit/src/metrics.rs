@@ -66,7 +66,7 @@ pub trait MetricsDefaults: Clone + Send + Sync + 'static {
 #[derive(Clone, clap::Args)]
 #[command(next_help_heading = "Metrics")]
 pub struct MetricsConfig<D: MetricsDefaults> {
-    /// Serve Prometheus metrics at http://<addr>/metrics.
+    /// Serve Prometheus metrics at `http://<addr>/metrics`.
     #[arg(long, env = D::LISTEN_ENV, default_value = D::LISTEN)]
     pub metrics_listen: SocketAddr,
     /// Do not serve metrics.

@@ -103,8 +103,10 @@ impl fmt::Debug for ServeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum OptionsError {
     #[error(transparent)]
+    /// A TLS flag.
     Tls(#[from] TlsError),
     #[error(transparent)]
+    /// The admin token.
     Admin(#[from] InvalidToken),
 }
 
@@ -150,14 +152,19 @@ impl ServeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("binding {addr}: {source}")]
+    /// The address could not be bound.
     Bind {
+        /// The address.
         addr: SocketAddr,
         #[source]
+        /// Why.
         source: std::io::Error,
     },
     #[error("reflection: {0}")]
+    /// Reflection could not be built from the descriptor sets.
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("transport: {}", crate::tls::error_chain(.0))]
+    /// The transport failed (TLS set-up, the listener).
     Transport(#[from] tonic::transport::Error),
 }
 

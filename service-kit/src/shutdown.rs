@@ -17,6 +17,7 @@ impl Default for Shutdown {
 }
 
 impl Shutdown {
+    /// A signal nobody triggered yet.
     pub fn new() -> Self {
         let (tx, _rx) = watch::channel(false);
         Shutdown {
@@ -29,6 +30,7 @@ impl Shutdown {
         self.tx.send_replace(true);
     }
 
+    /// Whether [`Shutdown::trigger`] was called.
     pub fn is_triggered(&self) -> bool {
         *self.tx.borrow()
     }

@@ -7,7 +7,9 @@ use tracing_subscriber::EnvFilter;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     #[default]
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 

@@ -62,26 +62,42 @@ pub struct TlsConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("--tls-cert and --tls-key go together: set both or neither")]
+    /// Only one of `--tls-cert` / `--tls-key` was given.
     Incomplete,
     #[error(
         "--tls-client-auth needs --tls-ca (the CA that signs client certificates) and a server certificate (--tls-cert, --tls-key)"
     )]
+    /// `--tls-client-auth` without `--tls-ca`.
     ClientAuthIncomplete,
     #[error("{flag} {}: {source}", path.display())]
+    /// A file could not be read.
     Read {
+        /// The flag that named it.
         flag: &'static str,
+        /// The file.
         path: PathBuf,
         #[source]
+        /// Why.
         source: std::io::Error,
     },
     #[error("{flag} {}: {problem}", path.display())]
+    /// A file holds no usable certificate or key.
     Invalid {
+        /// The flag that named it.
         flag: &'static str,
+        /// The file.
         path: PathBuf,
+        /// What is wrong.
         problem: String,
     },
+    /// A participant address that cannot be used as an endpoint.
     #[error("address {addr:?}: {problem}")]
-    Address { addr: String, problem: String },
+    Address {
+        /// The address.
+        addr: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 /// Installs ring as the process-wide rustls crypto provider, once. Harmless

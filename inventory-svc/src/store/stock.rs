@@ -56,9 +56,13 @@ impl LineStatus {
 /// One recorded order line of a deduction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedLine {
+    /// Position of the line in the order (stable across retries).
     pub line_index: i64,
+    /// The product the line took.
     pub product_id: String,
+    /// Units taken.
     pub quantity: i64,
+    /// Deducted, or put back by Restock.
     pub status: LineStatus,
 }
 

@@ -23,7 +23,12 @@ use async_trait::async_trait;
 pub enum StoreError {
     /// The saga changed since it was read (another writer advanced it).
     #[error("saga {saga_id} was modified concurrently (expected version {expected})")]
-    Conflict { saga_id: String, expected: u64 },
+    Conflict {
+        /// The saga.
+        saga_id: String,
+        /// The version the writer read.
+        expected: u64,
+    },
     /// The store is unreachable or failed; retry later.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -45,13 +50,16 @@ pub enum Created {
 /// last saga returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
+    /// Creation time of the last saga returned.
     pub created_at_ms: i64,
+    /// Its id (breaks ties between sagas created in the same millisecond).
     pub saga_id: String,
 }
 
 /// One page of ListSagas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
+    /// The sagas, newest first.
     pub sagas: Vec<Saga>,
     /// Where the next page starts; None on the last page.
     pub next: Option<Cursor>,
@@ -67,8 +75,10 @@ pub trait SagaStore: Send + Sync + 'static {
     /// Replaces the stored saga if its version is `saga.version - 1`.
     async fn save(&self, saga: &Saga) -> Result<(), StoreError>;
 
+    /// One saga by id.
     async fn get(&self, saga_id: &str) -> Result<Option<Saga>, StoreError>;
 
+    /// The saga whose CreateOrder used `request_id`.
     async fn get_by_request_id(&self, request_id: &str) -> Result<Option<Saga>, StoreError>;
 
     /// Newest first, optionally only one status, starting after `after`.

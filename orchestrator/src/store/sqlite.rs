@@ -36,6 +36,7 @@ pub struct SqliteSagaStore {
 }
 
 impl SqliteSagaStore {
+    /// Opens (creating or migrating if needed) the store at `path`.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, DbError> {
         if path.exists() {
             migrate(path)?;

@@ -52,6 +52,7 @@ impl Default for FaultConfig {
 }
 
 impl FaultConfig {
+    /// The settings these flags ask for.
     pub fn settings(&self) -> FaultSettings {
         FaultSettings {
             transient_error_rate: self.fault_transient_rate,

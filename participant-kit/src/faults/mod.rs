@@ -150,7 +150,9 @@ impl fmt::Display for FaultSettings {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{field}: {problem}")]
 pub struct InvalidSetting {
+    /// The setting.
     pub field: &'static str,
+    /// What is wrong with its value.
     pub problem: String,
 }
 
@@ -188,9 +190,13 @@ pub enum CallKind {
 /// How many faults were injected since start-up.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultCounters {
+    /// Calls failed with UNAVAILABLE before doing anything.
     pub transient_errors: u64,
+    /// Applied calls whose reply was replaced by UNAVAILABLE.
     pub dropped_replies: u64,
+    /// Actions refused with FAILED_PRECONDITION.
     pub refusals: u64,
+    /// Calls delayed.
     pub delayed_calls: u64,
 }
 
@@ -336,6 +342,7 @@ impl Faults {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The current settings.
     pub fn settings(&self) -> FaultSettings {
         self.lock().settings
     }
@@ -350,6 +357,7 @@ impl Faults {
         Ok(())
     }
 
+    /// What was injected since start-up.
     pub fn counters(&self) -> FaultCounters {
         FaultCounters {
             transient_errors: self.transient_errors.load(Ordering::Relaxed),
