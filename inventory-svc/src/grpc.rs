@@ -18,9 +18,6 @@ use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// Default and maximum number of operations returned by GetProduct.
-const DEFAULT_OPERATIONS: usize = 20;
-const MAX_OPERATIONS: usize = 100;
 /// Most lines accepted in one Deduct or Restock.
 pub const MAX_LINES: usize = 100;
 
@@ -106,13 +103,13 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
         let span = deduction_span!("deduct", &deduction, call.trace_id());
-        let result = call
-            .action(span.clone(), &request_id, |admission| {
+        let ((), replayed) = participant_kit::logged!(
+            &span,
+            call.action(span.clone(), &request_id, |admission| {
                 self.store.deduct(deduction, admission)
             })
-            .await;
-        participant_kit::log_call!(&span, &result);
-        let ((), replayed) = result?;
+            .await
+        )?;
         Ok(Response::new(pb::DeductResponse {
             request_id,
             replayed,
@@ -128,11 +125,11 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
         let span = deduction_span!("restock", &deduction, call.trace_id());
-        let result = call
-            .compensation(span.clone(), &request_id, || self.store.restock(deduction))
-            .await;
-        participant_kit::log_call!(&span, &result);
-        let result = result?;
+        let result = participant_kit::logged!(
+            &span,
+            call.compensation(span.clone(), &request_id, || self.store.restock(deduction))
+                .await
+        )?;
         Ok(Response::new(pb::RestockResponse {
             request_id,
             effect: wire::effect(&result),
@@ -147,12 +144,7 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let _timer = self.kit.read("get_product");
         let r = request.into_inner();
         validate::id("product_id", &r.product_id)?;
-        let limit = validate::limit(
-            "operation_limit",
-            r.operation_limit,
-            DEFAULT_OPERATIONS,
-            MAX_OPERATIONS,
-        )?;
+        let limit = wire::operation_limit(r.operation_limit)?;
         let Some(ProductView {
             product_id,
             available,
@@ -197,13 +189,13 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             quantity = addition.quantity,
             trace_id = %call.trace_id(),
         );
-        let result = call
-            .action(span.clone(), &request_id, |_| {
+        let (available, replayed) = participant_kit::logged!(
+            &span,
+            call.action(span.clone(), &request_id, |_| {
                 self.store.add_stock(addition)
             })
-            .await;
-        participant_kit::log_call!(&span, &result);
-        let (available, replayed) = result?;
+            .await
+        )?;
         Ok(Response::new(pb::AddStockResponse {
             request_id,
             available,

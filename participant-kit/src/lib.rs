@@ -59,8 +59,15 @@ pub use startup::{Participant, main};
 /// What [`participant_defaults!`] expands to needs; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use embedded_store::Durability;
+    pub use mongodb::Database;
     pub use service_kit::metrics::MetricsDefaults;
+    pub use service_kit::server::ServeError;
+    pub use service_kit::shutdown::Shutdown;
+    pub use tokio::net::TcpListener;
     pub use tonic::Code;
+    pub use tonic::server::NamedService;
+    pub use tonic::service::Routes;
     pub use tracing;
     pub use tracing::Span;
 }

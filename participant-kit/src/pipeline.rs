@@ -19,7 +19,7 @@
 //!
 //! [`Kit`] is what a participant's adapter holds; [`Kit::call`] starts one
 //! call and [`Call::action`] / [`Call::compensation`] run the rest. The
-//! adapter then logs the result with [`log_call!`](crate::log_call), a macro
+//! adapter then logs the result with [`logged!`](crate::logged), a macro
 //! so that the line carries the participant's own log target.
 
 use crate::faults::{self, CallKind, Faults};
@@ -194,16 +194,18 @@ fn applied<V>(reply: ActionReply<V>) -> Result<(V, bool), Status> {
     }
 }
 
-/// Logs the result of a participant call in its span: DEBUG when it was
-/// applied, INFO when it was not (a business refusal, a hanging or
-/// mismatched call, an injected fault), WARN when it failed internally — so
-/// every call of a saga leaves a line carrying its trace id. A macro, so the
-/// line's log target is the participant's module, not this kit's.
+/// Logs the result of a participant call in its span and returns it:
+/// DEBUG when it was applied, INFO when it was not (a business refusal, a
+/// hanging or mismatched call, an injected fault), WARN when it failed
+/// internally — so every call of a saga leaves a line carrying its trace
+/// id. A macro, so the line's log target is the participant's module, not
+/// this kit's.
 #[macro_export]
-macro_rules! log_call {
+macro_rules! logged {
     ($span:expr, $result:expr) => {{
         let span: &$crate::__private::Span = $span;
-        span.in_scope(|| match $result {
+        let result = $result;
+        span.in_scope(|| match &result {
             Ok(reply) => $crate::__private::tracing::debug!(?reply, "applied"),
             Err(status) => match status.code() {
                 $crate::__private::Code::Internal
@@ -220,5 +222,6 @@ macro_rules! log_call {
                 ),
             },
         });
+        result
     }};
 }

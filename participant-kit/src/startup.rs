@@ -112,3 +112,87 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
     P::serve(store, Kit::new(faults, options), listener, shutdown).await?;
     Ok(())
 }
+
+/// Declares a participant in one place: its names and defaults (see
+/// [`participant_defaults!`](crate::participant_defaults)), its store trait
+/// and the embedded and MongoDB types implementing it, and its gRPC service
+/// (the generated server type and the adapter it wraps, whose constructor
+/// is `new(store, kit)`). Expands to the marker type, its [`Participant`]
+/// impl and a `pub async fn serve(store, kit, listener, shutdown)` that
+/// serves the service (with the `faults.v1` admin API, reflection and
+/// health) until `shutdown` fires.
+#[macro_export]
+macro_rules! participant {
+    (
+        $(#[$meta:meta])*
+        $type:ident {
+            name: $name:literal,
+            about: $about:literal,
+            env_prefix: $prefix:literal,
+            listen: $listen:literal,
+            metrics_listen: $metrics:literal,
+            database_file: $file:literal,
+            mongodb_database: $database:literal,
+            store: $store:ty,
+            embedded: $embedded:ty,
+            mongo: $mongo:ty,
+            server: $server:ident,
+            api: $api:ty $(,)?
+        }
+    ) => {
+        $crate::participant_defaults!(
+            $(#[$meta])*
+            $type {
+                name: $name,
+                about: $about,
+                env_prefix: $prefix,
+                listen: $listen,
+                metrics_listen: $metrics,
+                database_file: $file,
+                mongodb_database: $database,
+            }
+        );
+
+        impl $crate::startup::Participant for $type {
+            type Store = $store;
+
+            fn open_embedded(
+                path: &::std::path::Path,
+                durability: $crate::__private::Durability,
+            ) -> Result<::std::sync::Arc<Self::Store>, $crate::startup::BoxError> {
+                Ok(::std::sync::Arc::new(<$embedded>::open(path, durability)?))
+            }
+
+            async fn open_mongo(
+                db: $crate::__private::Database,
+            ) -> Result<::std::sync::Arc<Self::Store>, $crate::startup::BoxError> {
+                Ok(::std::sync::Arc::new(<$mongo>::open(db).await?))
+            }
+
+            async fn serve(
+                store: ::std::sync::Arc<Self::Store>,
+                kit: $crate::Kit,
+                listener: $crate::__private::TcpListener,
+                shutdown: $crate::__private::Shutdown,
+            ) -> Result<(), $crate::__private::ServeError> {
+                serve(store, kit, listener, shutdown).await
+            }
+        }
+
+        /// Serves this participant's gRPC service over `store` (with `kit`'s
+        /// faults, TLS, tokens and limits, plus the `faults.v1` admin API,
+        /// reflection and health) on `listener` until `shutdown` fires.
+        pub async fn serve(
+            store: ::std::sync::Arc<$store>,
+            kit: $crate::Kit,
+            listener: $crate::__private::TcpListener,
+            shutdown: $crate::__private::Shutdown,
+        ) -> Result<(), $crate::__private::ServeError> {
+            let api = $server::new(<$api>::new(store, kit.clone()))
+                .max_decoding_message_size(kit.max_request_bytes());
+            let name = <$server<$api> as $crate::__private::NamedService>::NAME;
+            kit.serve($crate::__private::Routes::new(api), name, listener, shutdown)
+                .await
+        }
+    };
+}

@@ -5,6 +5,19 @@ use crate::record::OperationRecord;
 use crate::{CompensationEffect, CompensationResult};
 use saga_proto::participant::v1 as pb;
 use service_kit::time::timestamp;
+use service_kit::validate;
+use tonic::Status;
+
+/// Operations a read (GetAccount, GetProduct) lists when it asks for none.
+pub const DEFAULT_OPERATIONS: usize = 20;
+/// Most operations a read lists.
+pub const MAX_OPERATIONS: usize = 100;
+
+/// The `operation_limit` of a read: 0 means [`DEFAULT_OPERATIONS`], at most
+/// [`MAX_OPERATIONS`] (INVALID_ARGUMENT naming the field otherwise).
+pub fn operation_limit(value: i32) -> Result<usize, Status> {
+    validate::limit("operation_limit", value, DEFAULT_OPERATIONS, MAX_OPERATIONS)
+}
 
 /// The wire value of a compensation's effect.
 pub fn effect(result: &CompensationResult) -> i32 {

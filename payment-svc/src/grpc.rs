@@ -16,10 +16,6 @@ use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// Default and maximum number of operations returned by GetAccount.
-const DEFAULT_OPERATIONS: usize = 20;
-const MAX_OPERATIONS: usize = 100;
-
 /// Implements `payment.v1.PaymentService` over a [`PaymentStore`].
 pub struct PaymentApi {
     store: Arc<dyn PaymentStore>,
@@ -73,13 +69,13 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let charge = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = charge.request_id.clone();
         let span = span!("charge", &charge, call.trace_id());
-        let result = call
-            .action(span.clone(), &request_id, |admission| {
+        let (balance_cents, replayed) = participant_kit::logged!(
+            &span,
+            call.action(span.clone(), &request_id, |admission| {
                 self.store.charge(charge, admission)
             })
-            .await;
-        participant_kit::log_call!(&span, &result);
-        let (balance_cents, replayed) = result?;
+            .await
+        )?;
         Ok(Response::new(pb::ChargeResponse {
             request_id,
             balance_cents,
@@ -96,11 +92,11 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let refund = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = refund.request_id.clone();
         let span = span!("refund", &refund, call.trace_id());
-        let result = call
-            .compensation(span.clone(), &request_id, || self.store.refund(refund))
-            .await;
-        participant_kit::log_call!(&span, &result);
-        let result = result?;
+        let result = participant_kit::logged!(
+            &span,
+            call.compensation(span.clone(), &request_id, || self.store.refund(refund))
+                .await
+        )?;
         Ok(Response::new(pb::RefundResponse {
             request_id,
             effect: wire::effect(&result),
@@ -115,12 +111,7 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let _timer = self.kit.read("get_account");
         let r = request.into_inner();
         validate::id("customer_id", &r.customer_id)?;
-        let limit = validate::limit(
-            "operation_limit",
-            r.operation_limit,
-            DEFAULT_OPERATIONS,
-            MAX_OPERATIONS,
-        )?;
+        let limit = wire::operation_limit(r.operation_limit)?;
         let Some(AccountView {
             customer_id,
             balance_cents,
@@ -148,11 +139,11 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let deposit = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = deposit.request_id.clone();
         let span = span!("deposit", &deposit, call.trace_id());
-        let result = call
-            .action(span.clone(), &request_id, |_| self.store.deposit(deposit))
-            .await;
-        participant_kit::log_call!(&span, &result);
-        let (balance_cents, replayed) = result?;
+        let (balance_cents, replayed) = participant_kit::logged!(
+            &span,
+            call.action(span.clone(), &request_id, |_| self.store.deposit(deposit))
+                .await
+        )?;
         Ok(Response::new(pb::DepositResponse {
             request_id,
             balance_cents,
