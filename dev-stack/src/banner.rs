@@ -1,8 +1,44 @@
 //! What `dev` prints once the stack is up: where each service listens and
 //! grpcurl commands that work as printed.
 
-/// The banner for services on these addresses, data kept in `data`.
-pub fn banner(orchestrator: &str, payment: &str, inventory: &str, data: &str) -> String {
+use crate::config::DevConfig;
+use service_kit::server::ServeOptions;
+
+/// Where the three services listen.
+pub struct Addresses {
+    /// The orchestrator's gRPC address.
+    pub orchestrator: String,
+    /// payment-svc's gRPC address.
+    pub payment: String,
+    /// inventory-svc's gRPC address.
+    pub inventory: String,
+}
+
+/// Prints the banner: addresses, where the data is, commands to try (with
+/// TLS, trusting the configured CA), what admin calls need, the metrics URL.
+pub fn print(config: &DevConfig, options: &ServeOptions, addrs: &Addresses, metrics: Option<&str>) {
+    let data = match &config.mongo.mongodb_uri {
+        Some(uri) => format!("MongoDB {}", mongo_client::redact(uri)),
+        None => config.data_dir.display().to_string(),
+    };
+    let text = banner(&addrs.orchestrator, &addrs.payment, &addrs.inventory, &data);
+    let text = match (&config.tls.tls_ca, options.tls_enabled()) {
+        (Some(ca), true) => text.replace("-plaintext", &format!("-cacert {}", ca.display())),
+        _ => text,
+    };
+    println!("{text}");
+    if options.admin.is_required() {
+        println!(
+            "Admin RPCs (RetrySaga, Deposit, AddStock, faults.v1) need: -H \"authorization: Bearer $ADMIN_TOKEN\"\n"
+        );
+    }
+    if let Some(url) = metrics {
+        println!("Prometheus metrics (all three services): {url}\n");
+    }
+}
+
+/// The banner text for services on these addresses, data kept in `data`.
+fn banner(orchestrator: &str, payment: &str, inventory: &str, data: &str) -> String {
     format!(
         r#"
 saga orchestrator dev stack is up (data in {data})

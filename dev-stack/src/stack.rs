@@ -2,20 +2,26 @@
 //! each on its own port, with embedded stores under one data directory (or
 //! MongoDB databases when a URI is given), seeded with the demo data.
 
+use crate::banner::Addresses;
 use crate::config::DevConfig;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use orchestrator::order_saga::OrderParticipants;
+use participant_kit::Kit;
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use service_kit::server;
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+type BoxError = Box<dyn std::error::Error>;
 
 /// The participants' stores for the dev stack: MongoDB databases when a URI
 /// is configured, else SQLite files under the data directory.
 async fn participant_stores(
     config: &DevConfig,
     shutdown: &Shutdown,
-) -> Result<(Arc<dyn PaymentStore>, Arc<dyn InventoryStore>), Box<dyn std::error::Error>> {
+) -> Result<(Arc<dyn PaymentStore>, Arc<dyn InventoryStore>), BoxError> {
     let durability = config.engine.durability;
     let data = &config.data_dir;
     Ok(match &config.mongo.mongodb_uri {
@@ -51,8 +57,44 @@ async fn participant_stores(
     })
 }
 
+/// The three listeners, bound before anything is served so a busy port
+/// fails start-up at once.
+struct Listeners {
+    payment: TcpListener,
+    inventory: TcpListener,
+    orchestrator: TcpListener,
+}
+
+impl Listeners {
+    async fn bind(config: &DevConfig) -> Result<Listeners, BoxError> {
+        Ok(Listeners {
+            payment: server::bind(config.payment_listen).await?,
+            inventory: server::bind(config.inventory_listen).await?,
+            orchestrator: server::bind(config.orchestrator_listen).await?,
+        })
+    }
+}
+
+/// One set of TLS / token / limit options for all three servers.
+fn serve_options(config: &DevConfig) -> Result<server::ServeOptions, BoxError> {
+    let options = server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
+    if options.tls_enabled() && config.tls.tls_ca.is_none() {
+        return Err("dev with TLS needs --tls-ca too: it calls its own participants".into());
+    }
+    options.log_startup("dev stack");
+    Ok(options)
+}
+
+/// The orchestrator's channels to its two participants in this process
+/// (`http://` is upgraded to `https://` when `--tls-ca` is set).
+fn channels(config: &DevConfig, addrs: &Addresses) -> Result<(Channel, Channel), BoxError> {
+    let channel =
+        |addr: &str| orchestrator::participant_channel_with(&format!("http://{addr}"), &config.tls);
+    Ok((channel(&addrs.payment)?, channel(&addrs.inventory)?))
+}
+
 /// `dev-stack dev`: runs the three services until SIGTERM/SIGINT.
-pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
+pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     let shutdown = Shutdown::new();
     shutdown.on_signals();
     let metrics_url = config.metrics.start()?;
@@ -67,93 +109,63 @@ pub async fn run(config: DevConfig) -> Result<(), Box<dyn std::error::Error>> {
         &shutdown,
     )
     .await?;
-    let where_data = match &config.mongo.mongodb_uri {
-        Some(uri) => format!("MongoDB {}", mongo_client::redact(uri)),
-        None => config.data_dir.display().to_string(),
+    let listeners = Listeners::bind(&config).await?;
+    let addrs = Addresses {
+        orchestrator: listeners.orchestrator.local_addr()?.to_string(),
+        payment: listeners.payment.local_addr()?.to_string(),
+        inventory: listeners.inventory.local_addr()?.to_string(),
     };
-
-    let payment_listener = server::bind(config.payment_listen).await?;
-    let inventory_listener = server::bind(config.inventory_listen).await?;
-    let orchestrator_listener = server::bind(config.orchestrator_listen).await?;
-    let payment_addr = payment_listener.local_addr()?.to_string();
-    let inventory_addr = inventory_listener.local_addr()?.to_string();
-    let orchestrator_addr = orchestrator_listener.local_addr()?.to_string();
-
-    // One set of TLS / token / limit options for all three servers.
-    let options = server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
-    if options.tls_enabled() && config.tls.tls_ca.is_none() {
-        return Err("dev with TLS needs --tls-ca too: it calls its own participants".into());
-    }
-    options.log_startup("dev stack");
+    let options = serve_options(&config)?;
     if config.faults.settings().is_enabled() {
         tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
     }
-    let payment_task = tokio::spawn(payment_svc::serve(
+    let kit = || -> Result<Kit, BoxError> {
+        Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()))
+    };
+    let payment = tokio::spawn(payment_svc::serve(
         payment_store,
-        participant_kit::Kit::new(Arc::new(config.faults.build()?), options.clone()),
-        payment_listener,
+        kit()?,
+        listeners.payment,
         shutdown.clone(),
     ));
-    let inventory_task = tokio::spawn(inventory_svc::serve(
+    let inventory = tokio::spawn(inventory_svc::serve(
         inventory_store,
-        participant_kit::Kit::new(Arc::new(config.faults.build()?), options.clone()),
-        inventory_listener,
+        kit()?,
+        listeners.inventory,
         shutdown.clone(),
     ));
 
-    // http:// is upgraded to https:// when --tls-ca is set.
-    let payment_channel =
-        orchestrator::participant_channel_with(&format!("http://{payment_addr}"), &config.tls)?;
-    let inventory_channel =
-        orchestrator::participant_channel_with(&format!("http://{inventory_addr}"), &config.tls)?;
+    let (payment_channel, inventory_channel) = channels(&config, &addrs)?;
     crate::seed::seed(
         payment_channel.clone(),
         inventory_channel.clone(),
         &options.admin,
     )
     .await?;
-
-    let definition = Arc::new(
-        OrderParticipants::new(
-            payment_channel,
-            inventory_channel,
-            config.engine.call_timeout(),
-        )
-        .definition()?,
-    );
+    let definition = OrderParticipants::new(
+        payment_channel,
+        inventory_channel,
+        config.engine.call_timeout(),
+    )
+    .definition()?;
     let settings = config.engine.settings(config.orchestrator_listen)?;
-    let banner = crate::banner::banner(
-        &orchestrator_addr,
-        &payment_addr,
-        &inventory_addr,
-        &where_data,
-    );
-    // With TLS the printed commands trust the configured CA instead.
-    let banner = match (&config.tls.tls_ca, options.tls_enabled()) {
-        (Some(ca), true) => banner.replace("-plaintext", &format!("-cacert {}", ca.display())),
-        _ => banner,
-    };
-    println!("{banner}");
-    if options.admin.is_required() {
-        println!(
-            "Admin RPCs (RetrySaga, Deposit, AddStock, faults.v1) need: -H \"authorization: Bearer $ADMIN_TOKEN\"\n"
-        );
-    }
-    if let Some(url) = &metrics_url {
-        println!("Prometheus metrics (all three services): {url}\n");
-    }
+    crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
     let result = orchestrator::serve_with(
         saga_store,
-        definition,
+        Arc::new(definition),
         settings,
         options,
-        orchestrator_listener,
+        listeners.orchestrator,
         shutdown.clone(),
     )
     .await;
     shutdown.trigger();
-    let _ = payment_task.await;
-    let _ = inventory_task.await;
-    result?;
-    Ok(())
+    for (name, task) in [("payment-svc", payment), ("inventory-svc", inventory)] {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "{name} stopped with an error"),
+            Err(error) => tracing::error!(%error, "{name} panicked"),
+        }
+    }
+    Ok(result?)
 }
