@@ -1,50 +1,96 @@
 #!/usr/bin/env bash
 # The project's test command (README and .ci/run both call this).
 # Runs format and lint checks, validates compose.yaml, prepares the MongoDB
-# wire-protocol emulator (unless MONGODB_URI points at a real MongoDB), then
-# every test in the workspace: unit tests, the storage conformance suites on
-# both backends, and end-to-end scenarios over real gRPC servers on ephemeral
-# ports with real stores in temp dirs.
+# test target (unless MONGODB_URI points at a real MongoDB), then every test
+# in the workspace: unit tests, the storage conformance suites on both
+# backends, end-to-end scenarios over real gRPC servers on ephemeral ports
+# with real stores in temp dirs, the chaos soak and the load generator's
+# smoke run.
+#
+# Made to be read in CI: every stage's output is shown in full (nothing is
+# cut with `tail`), a failed chaos or loadgen run prints its kept work dir and
+# the end of every service log in it, and the closing line
+# `tests: N passed, M failed, K skipped` is printed however the run ends
+# (from an EXIT trap), followed by the stage that failed, if one did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== cargo fmt --check"
+log=$(mktemp)
+stage="start"
+summary() {
+    local status=$?
+    # One closing line for the whole run (cargo prints one per test binary;
+    # the chaos soak prints "chaos: N passed, M failed", the load generator
+    # "loadgen smoke: N passed, M failed").
+    awk '/^test result:/ { p += $4; f += $6; i += $8 }
+         /^chaos: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+         /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
+         END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+    if [ "$status" -ne 0 ]; then
+        echo "FAILED at stage: $stage (exit $status)"
+    fi
+    rm -f "$log"
+}
+trap summary EXIT
+
+# Prints the end of every log in the work dir a failed tool run kept.
+show_kept_logs() {
+    local dir
+    dir=$(grep -Eo '(work dir \(data and logs\) kept|data and logs kept in):? .*' "$log" | tail -n 1 | sed -E 's/.*kept(:| in) //')
+    [ -n "$dir" ] && [ -d "$dir" ] || return 0
+    echo "== logs of the failed run, kept in $dir"
+    find "$dir" -name '*.log' -type f | sort | while read -r f; do
+        echo "---- $f (last 60 lines)"
+        tail -n 60 "$f"
+    done
+}
+
+# Runs one tool invocation, showing all its output; on failure shows the
+# logs it kept and fails the run.
+run_tool() {
+    if ! "$@" 2>&1 | tee -a "$log"; then
+        show_kept_logs
+        return 1
+    fi
+}
+
+stage="cargo fmt --check"
+echo "== $stage"
 cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== compose.yaml"
+stage="cargo clippy"
+echo "== $stage"
+cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
+stage="compose.yaml"
+echo "== $stage"
 ./scripts/validate-compose.sh
 
+stage="MongoDB target"
 if [ -n "${MONGODB_URI:-}" ]; then
-  echo "== MongoDB target: real MongoDB (MONGODB_URI is set)"
+    echo "== MongoDB target: real MongoDB (MONGODB_URI is set)"
 else
-  echo "== MongoDB target: wire-protocol emulator (no MONGODB_URI); preparing it"
-  python="$(./scripts/mongo-emulator.sh --setup-only)"
-  "$python" tests/mongo-emulator/test_emulator.py
+    echo "== MongoDB target: wire-protocol emulator (no MONGODB_URI); preparing it"
+    python="$(./scripts/mongo-emulator.sh --setup-only)"
+    "$python" tests/mongo-emulator/test_emulator.py
 fi
 # The MongoDB suites must run, never skip, in this command.
 export REQUIRE_MONGO=1
 
+stage="cargo test"
 echo "== cargo test (embedded stores and MongoDB)"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
+cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
 
+stage="chaos soak"
 echo "== chaos soak (short): 200 sagas, SIGKILLs and faults, on both backends"
-cargo build --workspace --bins --quiet
+cargo build --locked --workspace --bins --quiet
 for backend in embedded mongo; do
-  cargo run --quiet -p saga-tests --bin chaos -- --sagas 200 --orchestrator-kills 1 --backend "$backend" \
-    | tee -a "$log" | tail -n 25
+    stage="chaos soak ($backend)"
+    run_tool ./target/debug/chaos --sagas 200 --orchestrator-kills 1 --backend "$backend"
 done
 
+stage="loadgen smoke"
 echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings"
 for backend in embedded mongo; do
-  ./target/debug/loadgen --smoke --backend "$backend" | tee -a "$log" | tail -n 12
+    stage="loadgen smoke ($backend)"
+    run_tool ./target/debug/loadgen --smoke --backend "$backend"
 done
-
-# One closing line for the whole run (cargo prints one per test binary;
-# the chaos soak prints "chaos: N passed, M failed").
-awk '/^test result:/ { p += $4; f += $6; i += $8 }
-     /^chaos: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
-     /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
-     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+stage="done"

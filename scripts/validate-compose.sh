@@ -42,5 +42,15 @@ if ! command -v docker-compose >/dev/null 2>&1; then
 fi
 
 echo "validate-compose: $(docker-compose version --short 2>/dev/null || docker-compose --version)"
-docker-compose -f "$compose_file" config -q
-echo "validate-compose: $compose_file is valid"
+# Validated with tokens as ./scripts/compose-env.sh would write them (in the
+# environment, so no .env file is read or written here)...
+ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service \
+    docker-compose --project-directory "$(mktemp -d)" -f "$compose_file" config -q
+# ...and refused without them: the stack never starts with open admin or
+# saga RPCs by accident.
+if env -u ADMIN_TOKEN -u SERVICE_TOKEN \
+    docker-compose --project-directory "$(mktemp -d)" -f "$compose_file" config -q 2>/dev/null; then
+    echo "validate-compose: $compose_file accepts a start without ADMIN_TOKEN/SERVICE_TOKEN" >&2
+    exit 1
+fi
+echo "validate-compose: $compose_file is valid (and refuses to start without tokens)"

@@ -78,6 +78,10 @@ pub struct DevConfig {
     /// One admin token for all three services (and the seeding calls).
     #[command(flatten)]
     pub admin: service_kit::auth::AdminConfig,
+    /// The service token the participants require and the orchestrator
+    /// sends.
+    #[command(flatten)]
+    pub service: service_kit::auth::ServiceConfig,
     /// One certificate for all three servers (it must name 127.0.0.1) and
     /// `--tls-ca` to verify it (required with TLS: dev calls its own
     /// participants).

@@ -48,7 +48,7 @@ pub async fn seed_when_up(
 pub async fn seed(
     payment_channel: tonic::transport::Channel,
     inventory_channel: tonic::transport::Channel,
-    admin: &service_kit::auth::AdminAuth,
+    admin: &service_kit::auth::TokenAuth,
 ) -> Result<(), tonic::Status> {
     let mut payment = payment::payment_service_client::PaymentServiceClient::new(payment_channel);
     let mut inventory =

@@ -77,11 +77,12 @@ impl Listeners {
 
 /// One set of TLS / token / limit options for all three servers.
 fn serve_options(config: &DevConfig) -> Result<server::ServeOptions, BoxError> {
-    let options = server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
+    let options = server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?
+        .with_service(config.service.build()?);
     if options.tls_enabled() && config.tls.tls_ca.is_none() {
         return Err("dev with TLS needs --tls-ca too: it calls its own participants".into());
     }
-    options.log_startup("dev stack");
+    options.log_participant_startup("dev stack");
     Ok(options)
 }
 
@@ -142,10 +143,10 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         &options.admin,
     )
     .await?;
-    let definition = OrderParticipants::new(
+    let definition = OrderParticipants::with_caller(
         payment_channel,
         inventory_channel,
-        config.engine.call_timeout(),
+        config.engine.caller(options.service.clone()),
     )
     .definition()?;
     let settings = config.engine.settings(config.orchestrator_listen)?;

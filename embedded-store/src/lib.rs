@@ -24,7 +24,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
-/// How durable a commit is before it is acknowledged.
+/// How durable a commit is before it is acknowledged. One setting for the
+/// whole stack (`--durability` / `DURABILITY`): a participant that could
+/// lose an acknowledged charge on power loss while the orchestrator kept
+/// its record of it would be worse than either alone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Durability {
     /// Survives a crash or `kill -9` of the process (WAL, synchronous=NORMAL).
@@ -32,6 +35,20 @@ pub enum Durability {
     Process,
     /// Also survives power loss: fsync on every commit (synchronous=FULL).
     PowerLoss,
+}
+
+impl Durability {
+    /// What an acknowledged write survives, for logs.
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            Durability::Process => {
+                "process: acknowledged writes survive a crash or kill -9, not a power loss"
+            }
+            Durability::PowerLoss => {
+                "power-loss: acknowledged writes are fsynced (group commit) and survive a power loss"
+            }
+        }
+    }
 }
 
 /// Most jobs committed in one transaction.
@@ -100,6 +117,7 @@ impl EmbeddedDb {
         writer.pragma_update(None, "temp_store", "MEMORY")?;
         writer.set_prepared_statement_cache_capacity(64);
         writer.execute_batch(schema)?;
+        tracing::info!(db = %path.display(), durability = durability.guarantee(), "embedded store open");
 
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {

@@ -98,7 +98,7 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::DeductRequest>,
     ) -> Result<Response<pb::DeductResponse>, Status> {
-        let call = self.kit.call("deduct", CallKind::Action, &request);
+        let call = self.kit.call("deduct", CallKind::Action, &request)?;
         let r = request.into_inner();
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
@@ -120,7 +120,7 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::RestockRequest>,
     ) -> Result<Response<pb::RestockResponse>, Status> {
-        let call = self.kit.call("restock", CallKind::Compensation, &request);
+        let call = self.kit.call("restock", CallKind::Compensation, &request)?;
         let r = request.into_inner();
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
@@ -141,7 +141,7 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         &self,
         request: Request<pb::GetProductRequest>,
     ) -> Result<Response<pb::Product>, Status> {
-        let _timer = self.kit.read("get_product");
+        let _timer = self.kit.read("get_product", &request)?;
         let r = request.into_inner();
         validate::id("product_id", &r.product_id)?;
         let limit = wire::operation_limit(r.operation_limit)?;

@@ -119,6 +119,12 @@ impl EngineConfig {
         Duration::from_millis(self.call_timeout_ms)
     }
 
+    /// How participant calls are made: this deadline, carrying `service`'s
+    /// token.
+    pub fn caller(&self, service: service_kit::auth::TokenAuth) -> crate::order_saga::call::Caller {
+        crate::order_saga::call::Caller::new(self.call_timeout()).with_service_token(service)
+    }
+
     /// Longest a CreateOrder with `wait` is held.
     pub fn max_wait(&self) -> Duration {
         Duration::from_millis(self.max_wait_ms)
@@ -192,6 +198,10 @@ pub struct ServeConfig {
     /// Admin token RetrySaga requires (`--admin-token` / `ADMIN_TOKEN`).
     #[command(flatten)]
     pub admin: service_kit::auth::AdminConfig,
+    /// Service token sent with every participant call (`--service-token` /
+    /// `SERVICE_TOKEN`), which the participants' saga RPCs require.
+    #[command(flatten)]
+    pub service: service_kit::auth::ServiceConfig,
     /// TLS of this server (`--tls-cert`, `--tls-key`) and of its calls to
     /// the participants (`--tls-ca`; a client certificate from
     /// `--tls-cert`/`--tls-key` when they ask for one).

@@ -98,7 +98,7 @@ impl pb::order_service_server::OrderService for OrderApi {
 pub struct SagaApi {
     app: Arc<Orchestrator>,
     /// Who may call RetrySaga (everyone when no token is configured).
-    admin: service_kit::auth::AdminAuth,
+    admin: service_kit::auth::TokenAuth,
 }
 
 impl SagaApi {
@@ -106,12 +106,12 @@ impl SagaApi {
     pub fn new(app: Arc<Orchestrator>) -> Self {
         SagaApi {
             app,
-            admin: service_kit::auth::AdminAuth::open(),
+            admin: service_kit::auth::TokenAuth::open(),
         }
     }
 
     /// RetrySaga requires `admin`'s token.
-    pub fn with_admin(self, admin: service_kit::auth::AdminAuth) -> Self {
+    pub fn with_admin(self, admin: service_kit::auth::TokenAuth) -> Self {
         SagaApi { admin, ..self }
     }
 }

@@ -178,7 +178,6 @@ pub async fn open_saga_store(
         }
         None => {
             let path = data_dir.join(config::DATABASE_FILE);
-            tracing::info!(db = %path.display(), "embedded store");
             Arc::new(store::SqliteSagaStore::open(&path, durability)?)
         }
     })

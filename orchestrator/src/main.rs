@@ -43,10 +43,10 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         &shutdown,
     )
     .await?;
-    let definition = OrderParticipants::new(
+    let definition = OrderParticipants::with_caller(
         orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?,
         orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?,
-        config.engine.call_timeout(),
+        config.engine.caller(config.service.build()?),
     )
     .definition()?;
     let listener = service_kit::server::bind(config.listen).await?;

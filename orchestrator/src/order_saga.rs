@@ -36,9 +36,14 @@ pub struct OrderParticipants {
 
 impl OrderParticipants {
     /// Participants on these channels; each call's deadline is
-    /// `call_timeout`.
+    /// `call_timeout`; no service token is sent.
     pub fn new(payment: Channel, inventory: Channel, call_timeout: Duration) -> Self {
-        let caller = call::Caller::new(call_timeout);
+        Self::with_caller(payment, inventory, call::Caller::new(call_timeout))
+    }
+
+    /// Participants on these channels, called as `caller` says (deadline,
+    /// service token).
+    pub fn with_caller(payment: Channel, inventory: Channel, caller: call::Caller) -> Self {
         OrderParticipants {
             payment: Arc::new(payment::PaymentStep::new(payment, caller.clone())),
             inventory: Arc::new(inventory::InventoryStep::new(inventory, caller)),

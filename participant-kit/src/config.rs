@@ -4,7 +4,7 @@
 
 use crate::faults::FaultConfig;
 use embedded_store::Durability;
-use service_kit::auth::AdminConfig;
+use service_kit::auth::{AdminConfig, ServiceConfig};
 use service_kit::metrics::{MetricsConfig, MetricsDefaults};
 use service_kit::server::{LimitsConfig, OptionsError, ServeOptions};
 use service_kit::telemetry::LogFormat;
@@ -105,6 +105,10 @@ pub struct ParticipantConfig<D: ParticipantDefaults> {
     /// Admin token (`--admin-token` / `ADMIN_TOKEN`); unset: admin RPCs open.
     #[command(flatten)]
     pub admin: AdminConfig,
+    /// Service token (`--service-token` / `SERVICE_TOKEN`) the saga RPCs
+    /// require; unset: open to every caller.
+    #[command(flatten)]
+    pub service: ServiceConfig,
     /// TLS (`--tls-cert`, `--tls-key`, `--tls-ca`, `--tls-client-auth`);
     /// unset: plaintext.
     #[command(flatten)]
@@ -133,6 +137,7 @@ impl<D: ParticipantDefaults> fmt::Debug for ParticipantConfig<D> {
             .field("log_format", &self.log_format)
             .field("faults", &self.faults)
             .field("admin", &self.admin)
+            .field("service", &self.service)
             .field("tls", &self.tls)
             .field("limits", &self.limits)
             .field("metrics", &self.metrics)
@@ -141,10 +146,11 @@ impl<D: ParticipantDefaults> fmt::Debug for ParticipantConfig<D> {
 }
 
 impl<D: ParticipantDefaults> ParticipantConfig<D> {
-    /// TLS, admin token and request limit of the server, every file read
-    /// and checked now.
+    /// TLS, admin and service tokens and request limit of the server,
+    /// every file read and checked now.
     pub fn serve_options(&self) -> Result<ServeOptions, OptionsError> {
-        ServeOptions::from_flags(&self.admin, &self.tls, &self.limits)
+        let service = self.service.build()?;
+        Ok(ServeOptions::from_flags(&self.admin, &self.tls, &self.limits)?.with_service(service))
     }
 
     /// Path of the embedded database file.

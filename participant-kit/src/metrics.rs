@@ -4,7 +4,8 @@
 //! `deduplicated`, `refused`, `compensated`, `null_compensation`,
 //! `nothing_to_undo`, `hanging_refused`, `parameter_mismatch`. A replayed
 //! action or compensation counts as `deduplicated`; store failures (the
-//! caller retries) are not counted.
+//! caller retries) are not counted. Calls refused for their token are
+//! counted apart: `participant_unauthenticated_total{rpc}`.
 
 use crate::{ActionReply, CompensationEffect, CompensationResult, ParticipantError};
 
@@ -16,6 +17,15 @@ pub fn describe() {
         "participant_operations_total",
         "Mutating participant calls by operation kind and barrier result (applied, deduplicated, refused, compensated, null_compensation, nothing_to_undo, hanging_refused, parameter_mismatch), counted once committed."
     );
+    metrics::describe_counter!(
+        "participant_unauthenticated_total",
+        "Participant calls refused with UNAUTHENTICATED (missing or wrong service or admin token), by RPC."
+    );
+}
+
+/// Counts a call of `rpc` refused for its token.
+pub fn unauthenticated(rpc: &'static str) {
+    metrics::counter!("participant_unauthenticated_total", "rpc" => rpc).increment(1);
 }
 
 fn count(kind: &'static str, result: &'static str) {

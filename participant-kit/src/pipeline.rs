@@ -5,7 +5,9 @@
 //! every participant, so it lives here:
 //!
 //! 1. the call is timed (`participant_call_duration_seconds{rpc}`) however
-//!    it ends, and an admin call's token is checked before anything else;
+//!    it ends, and its token (service token for saga calls, admin token for
+//!    admin calls) is checked before anything else — a refused call is
+//!    counted (`participant_unauthenticated_total{rpc}`) and changes nothing;
 //! 2. the caller's W3C trace id (`traceparent`) is read, so the call's span
 //!    joins the orchestrator's saga;
 //! 3. inside that span the fault injector may delay the call or fail it
@@ -69,15 +71,18 @@ impl Kit {
         self.options.max_request_bytes
     }
 
-    /// Starts a saga call (Charge, Refund, Deduct, Restock) named `rpc`.
-    pub fn call<T>(&self, rpc: &'static str, kind: CallKind, request: &Request<T>) -> Call<'_> {
-        Call {
-            kit: self,
-            rpc,
-            kind,
-            trace_id: service_kit::trace::trace_id(request.metadata()).unwrap_or_default(),
-            _timer: CallTimer::start(rpc),
-        }
+    /// Starts a saga call (Charge, Refund, Deduct, Restock) named `rpc`:
+    /// the service token is checked first, so a refused call reads and
+    /// changes nothing.
+    pub fn call<T>(
+        &self,
+        rpc: &'static str,
+        kind: CallKind,
+        request: &Request<T>,
+    ) -> Result<Call<'_>, Status> {
+        let call = self.start(rpc, kind, request);
+        authenticated(rpc, self.options.service.check(request.metadata()))?;
+        Ok(call)
     }
 
     /// Starts an admin call (Deposit, AddStock): the admin token is checked
@@ -87,15 +92,32 @@ impl Kit {
         rpc: &'static str,
         request: &Request<T>,
     ) -> Result<Call<'_>, Status> {
-        let call = self.call(rpc, CallKind::Admin, request);
-        self.options.admin.check(request.metadata())?;
+        let call = self.start(rpc, CallKind::Admin, request);
+        authenticated(rpc, self.options.admin.check(request.metadata()))?;
         Ok(call)
     }
 
-    /// Times a read (GetAccount, GetProduct): never faulted, never counted
+    /// Times a read (GetAccount, GetProduct), which needs the service or the
+    /// admin token once either is configured. Never faulted, never counted
     /// as an operation.
-    pub fn read(&self, rpc: &'static str) -> CallTimer {
-        CallTimer::start(rpc)
+    pub fn read<T>(&self, rpc: &'static str, request: &Request<T>) -> Result<CallTimer, Status> {
+        let timer = CallTimer::start(rpc);
+        let guards = [&self.options.service, &self.options.admin];
+        authenticated(
+            rpc,
+            service_kit::auth::check_any(&guards, request.metadata()),
+        )?;
+        Ok(timer)
+    }
+
+    fn start<T>(&self, rpc: &'static str, kind: CallKind, request: &Request<T>) -> Call<'_> {
+        Call {
+            kit: self,
+            rpc,
+            kind,
+            trace_id: service_kit::trace::trace_id(request.metadata()).unwrap_or_default(),
+            _timer: CallTimer::start(rpc),
+        }
     }
 
     /// Serves `routes` (the participant's own service, named `service`)
@@ -184,6 +206,15 @@ impl Call<'_> {
         .instrument(span)
         .await
     }
+}
+
+/// Counts a call refused for its token
+/// (`participant_unauthenticated_total{rpc}`).
+fn authenticated(rpc: &'static str, check: Result<(), Status>) -> Result<(), Status> {
+    if check.is_err() {
+        metrics::unauthenticated(rpc);
+    }
+    check
 }
 
 /// Business refusals become their status code; applied results the value.

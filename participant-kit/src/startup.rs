@@ -90,10 +90,7 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
                 .await?;
             P::open_mongo(db).await?
         }
-        None => {
-            tracing::info!(db = %config.database_path().display(), "embedded store");
-            P::open_embedded(&config.database_path(), config.durability)?
-        }
+        None => P::open_embedded(&config.database_path(), config.durability)?,
     };
     let faults = Arc::new(config.faults.build()?);
     let settings = faults.settings();
@@ -108,7 +105,7 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
         Some(_) => crate::metrics::describe(),
         None => tracing::info!("metrics disabled (--no-metrics)"),
     }
-    options.log_startup(P::NAME);
+    options.log_participant_startup(P::NAME);
     P::serve(store, Kit::new(faults, options), listener, shutdown).await?;
     Ok(())
 }

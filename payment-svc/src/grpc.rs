@@ -64,7 +64,7 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         &self,
         request: Request<pb::ChargeRequest>,
     ) -> Result<Response<pb::ChargeResponse>, Status> {
-        let call = self.kit.call("charge", CallKind::Action, &request);
+        let call = self.kit.call("charge", CallKind::Action, &request)?;
         let r = request.into_inner();
         let charge = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = charge.request_id.clone();
@@ -87,7 +87,7 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         &self,
         request: Request<pb::RefundRequest>,
     ) -> Result<Response<pb::RefundResponse>, Status> {
-        let call = self.kit.call("refund", CallKind::Compensation, &request);
+        let call = self.kit.call("refund", CallKind::Compensation, &request)?;
         let r = request.into_inner();
         let refund = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = refund.request_id.clone();
@@ -108,7 +108,7 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         &self,
         request: Request<pb::GetAccountRequest>,
     ) -> Result<Response<pb::Account>, Status> {
-        let _timer = self.kit.read("get_account");
+        let _timer = self.kit.read("get_account", &request)?;
         let r = request.into_inner();
         validate::id("customer_id", &r.customer_id)?;
         let limit = wire::operation_limit(r.operation_limit)?;

@@ -1,23 +1,29 @@
-//! Admin authentication: a shared bearer token for the admin RPCs.
+//! Bearer-token authentication of the RPCs that must not be open to
+//! everyone, for two roles:
 //!
-//! The admin RPCs — payment `Deposit`, inventory `AddStock`, the
-//! `faults.v1.FaultService` of both participants and the orchestrator's
-//! `RetrySaga` — change money, stock or behaviour outside any saga, so when a
-//! token is configured ([`AdminConfig`]: `--admin-token` / `ADMIN_TOKEN`)
-//! they require the gRPC metadata `authorization: Bearer <token>` and answer
-//! UNAUTHENTICATED otherwise, before anything is validated or stored. The
-//! saga RPCs (Charge, Refund, Deduct, Restock, CreateOrder, reads) never need
-//! it.
+//! - **admin** ([`AdminConfig`]: `--admin-token` / `ADMIN_TOKEN`): payment
+//!   `Deposit`, inventory `AddStock`, the `faults.v1.FaultService` of both
+//!   participants and the orchestrator's `RetrySaga` change money, stock or
+//!   behaviour outside any saga;
+//! - **service** ([`ServiceConfig`]: `--service-token` / `SERVICE_TOKEN`):
+//!   the saga RPCs of the participants (Charge, Refund, Deduct, Restock),
+//!   which only the orchestrator may call — it sends the token with every
+//!   participant call.
 //!
-//! With no token configured every call passes: that is the dev default (the
-//! one-command dev stack and the tests run that way), and
-//! [`AdminAuth::log_startup`] says so with a WARN line.
+//! When a role's token is configured its RPCs require the gRPC metadata
+//! `authorization: Bearer <token>` and answer UNAUTHENTICATED otherwise,
+//! before anything is validated or stored. A participant's reads
+//! (GetAccount, GetProduct) require either token once either is configured
+//! ([`check_any`]). With no token configured every call passes: that is the
+//! dev default (the one-command dev stack and most tests run that way), and
+//! [`TokenAuth::log_startup`] says so with a WARN line.
 //!
-//! The token is secret: [`AdminAuth`] and [`AdminConfig`] never print it
-//! (Debug and Display show `<redacted>`), refused calls are logged without
-//! the presented value, the comparison is constant-time over SHA-256 digests
-//! (so neither the content nor the length leaks through timing), and an
-//! outgoing header is marked sensitive (never indexed by HPACK).
+//! Tokens are secret: [`TokenAuth`], [`AdminConfig`] and [`ServiceConfig`]
+//! never print them (Debug and Display show `<redacted>`), refused calls are
+//! logged without the presented value, the comparison is constant-time over
+//! SHA-256 digests (so neither the content nor the length leaks through
+//! timing), and an outgoing header is marked sensitive (never indexed by
+//! HPACK).
 
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -33,11 +39,46 @@ pub const HEADER: &str = "authorization";
 /// or wrong token, so a caller learns nothing from it).
 pub const UNAUTHENTICATED_MESSAGE: &str = "admin call needs `authorization: Bearer <token>`";
 
-/// Who may call the admin RPCs: anyone (no token configured, the dev
+/// Message of every refused saga call to a participant.
+pub const SERVICE_UNAUTHENTICATED_MESSAGE: &str =
+    "saga call needs `authorization: Bearer <service token>`";
+
+/// Message of every refused read when a token is configured.
+pub const READ_UNAUTHENTICATED_MESSAGE: &str =
+    "read needs `authorization: Bearer <service or admin token>`";
+
+/// Whose token a [`TokenAuth`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The admin RPCs (`--admin-token` / `ADMIN_TOKEN`).
+    Admin,
+    /// The participants' saga RPCs, called by the orchestrator
+    /// (`--service-token` / `SERVICE_TOKEN`).
+    Service,
+}
+
+impl Role {
+    fn flag(self) -> &'static str {
+        match self {
+            Role::Admin => "--admin-token / ADMIN_TOKEN",
+            Role::Service => "--service-token / SERVICE_TOKEN",
+        }
+    }
+
+    fn refusal(self) -> &'static str {
+        match self {
+            Role::Admin => UNAUTHENTICATED_MESSAGE,
+            Role::Service => SERVICE_UNAUTHENTICATED_MESSAGE,
+        }
+    }
+}
+
+/// Who may call one role's RPCs: anyone (no token configured, the dev
 /// default) or only callers presenting the configured bearer token. Cheap to
 /// clone; never prints the token.
-#[derive(Clone, Default)]
-pub struct AdminAuth {
+#[derive(Clone)]
+pub struct TokenAuth {
+    role: Role,
     token: Option<Arc<Token>>,
 }
 
@@ -51,38 +92,56 @@ struct Token {
 /// A token that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "--admin-token / ADMIN_TOKEN: {0} (use 1 to 512 visible ASCII characters, no spaces, e.g. `openssl rand -hex 32`)"
+    "{flag}: {problem} (use 1 to 512 visible ASCII characters, no spaces, e.g. `openssl rand -hex 32`)"
 )]
-pub struct InvalidToken(&'static str);
+pub struct InvalidToken {
+    flag: &'static str,
+    problem: &'static str,
+}
 
 fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-impl AdminAuth {
-    /// Admin RPCs are open to every caller (the dev default).
-    pub fn open() -> AdminAuth {
-        AdminAuth { token: None }
+impl TokenAuth {
+    /// Admin RPCs open to every caller (the dev default).
+    pub fn open() -> TokenAuth {
+        TokenAuth::open_for(Role::Admin)
     }
 
-    /// Admin RPCs require `authorization: Bearer <token>`. The token must be
-    /// 1 to 512 visible ASCII characters (what fits in a header as is).
-    pub fn with_token(token: &str) -> Result<AdminAuth, InvalidToken> {
+    /// `role`'s RPCs open to every caller.
+    pub fn open_for(role: Role) -> TokenAuth {
+        TokenAuth { role, token: None }
+    }
+
+    /// Admin RPCs require `authorization: Bearer <token>`.
+    pub fn with_token(token: &str) -> Result<TokenAuth, InvalidToken> {
+        TokenAuth::with_token_for(Role::Admin, token)
+    }
+
+    /// `role`'s RPCs require `authorization: Bearer <token>`. The token must
+    /// be 1 to 512 visible ASCII characters (what fits in a header as is).
+    pub fn with_token_for(role: Role, token: &str) -> Result<TokenAuth, InvalidToken> {
+        let invalid = |problem| InvalidToken {
+            flag: role.flag(),
+            problem,
+        };
         if token.is_empty() {
-            return Err(InvalidToken("must not be empty"));
+            return Err(invalid("must not be empty"));
         }
         if token.len() > 512 {
-            return Err(InvalidToken("longer than 512 characters"));
+            return Err(invalid("longer than 512 characters"));
         }
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(InvalidToken(
+            return Err(invalid(
                 "must hold only visible ASCII characters (no spaces or control characters)",
             ));
         }
         let mut header = AsciiMetadataValue::try_from(format!("Bearer {token}"))
-            .map_err(|_| InvalidToken("is not a valid header value"))?;
+            .map_err(|_| invalid("is not a valid header value"))?;
         header.set_sensitive(true);
-        Ok(AdminAuth {
+        Ok(TokenAuth {
+            role,
             token: Some(Arc::new(Token {
                 header,
                 digest: digest(token.as_bytes()),
@@ -90,38 +149,40 @@ impl AdminAuth {
         })
     }
 
+    /// Whose token this checks.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
     /// Whether a token is configured (admin RPCs are protected).
     pub fn is_required(&self) -> bool {
         self.token.is_some()
     }
 
-    /// Admits an admin call: always when no token is configured, else only
-    /// with `authorization: Bearer <token>` (scheme case-insensitive);
+    /// Admits a call: always when no token is configured, else only with
+    /// `authorization: Bearer <token>` (scheme case-insensitive);
     /// UNAUTHENTICATED otherwise. Call it first, before the request is
     /// validated or anything is stored.
     pub fn check(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        match self.verdict(metadata) {
+            Verdict::Admitted => Ok(()),
+            Verdict::Refused(reason) => {
+                tracing::warn!(reason, role = ?self.role, "call refused");
+                Err(Status::unauthenticated(self.role.refusal()))
+            }
+        }
+    }
+
+    fn verdict(&self, metadata: &MetadataMap) -> Verdict {
         let Some(token) = &self.token else {
-            return Ok(());
+            return Verdict::Admitted;
         };
-        let refused = |reason: &'static str| {
-            tracing::warn!(reason, "admin call refused");
-            Err(Status::unauthenticated(UNAUTHENTICATED_MESSAGE))
-        };
-        let Some(value) = metadata.get(HEADER) else {
-            return refused("no authorization metadata");
-        };
-        let Ok(value) = value.to_str() else {
-            return refused("authorization metadata is not ASCII");
-        };
-        let value = value.trim();
-        let presented = match value.split_once(' ') {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest.trim(),
-            _ => return refused("authorization metadata is not `Bearer <token>`"),
-        };
-        if bool::from(digest(presented.as_bytes()).ct_eq(&token.digest)) {
-            Ok(())
-        } else {
-            refused("wrong token")
+        match presented(metadata) {
+            Err(reason) => Verdict::Refused(reason),
+            Ok(presented) if bool::from(digest(presented.as_bytes()).ct_eq(&token.digest)) => {
+                Verdict::Admitted
+            }
+            Ok(_) => Verdict::Refused("wrong token"),
         }
     }
 
@@ -133,45 +194,86 @@ impl AdminAuth {
         }
     }
 
-    /// `request` with the token attached (see [`AdminAuth::authorize`]).
+    /// `request` with the token attached (see [`TokenAuth::authorize`]).
     pub fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
         self.authorize(&mut request);
         request
     }
 
-    /// Logs once at start-up whether admin RPCs are protected: WARN when
-    /// they are open to every caller. Never logs the token.
+    /// Logs once at start-up whether this role's RPCs are protected: WARN
+    /// when they are open to every caller. Never logs the token.
     pub fn log_startup(&self, service: &str) {
+        let rpcs = match self.role {
+            Role::Admin => "admin RPCs",
+            Role::Service => "saga RPCs",
+        };
         if self.is_required() {
-            tracing::info!(service, "admin RPCs require a bearer token");
+            tracing::info!(service, "{rpcs} require a bearer token");
         } else {
             tracing::warn!(
                 service,
-                "admin RPCs are OPEN to every caller (no --admin-token / ADMIN_TOKEN configured); fine for dev, not for production"
+                "{rpcs} are OPEN to every caller (no {} configured); fine for dev, not for production",
+                self.role.flag()
             );
         }
     }
 }
 
+/// What [`TokenAuth::verdict`] decided.
+enum Verdict {
+    Admitted,
+    Refused(&'static str),
+}
+
+/// The token an incoming call presents, or why it presents none.
+fn presented(metadata: &MetadataMap) -> Result<&str, &'static str> {
+    let value = metadata
+        .get(HEADER)
+        .ok_or("no authorization metadata")?
+        .to_str()
+        .map_err(|_| "authorization metadata is not ASCII")?
+        .trim();
+    match value.split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => Ok(rest.trim()),
+        _ => Err("authorization metadata is not `Bearer <token>`"),
+    }
+}
+
+/// Admits a read (GetAccount, GetProduct): open while no token of any
+/// `guard` is configured, else only with one of their tokens.
+pub fn check_any(guards: &[&TokenAuth], metadata: &MetadataMap) -> Result<(), Status> {
+    let configured: Vec<&&TokenAuth> = guards.iter().filter(|g| g.is_required()).collect();
+    if configured.is_empty()
+        || configured
+            .iter()
+            .any(|g| matches!(g.verdict(metadata), Verdict::Admitted))
+    {
+        return Ok(());
+    }
+    tracing::warn!("read refused: no configured token presented");
+    Err(Status::unauthenticated(READ_UNAUTHENTICATED_MESSAGE))
+}
+
 /// Attaches the token to every call of a client:
 /// `PaymentServiceClient::with_interceptor(channel, auth.clone())`.
-impl tonic::service::Interceptor for AdminAuth {
+impl tonic::service::Interceptor for TokenAuth {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         self.authorize(&mut request);
         Ok(request)
     }
 }
 
-impl fmt::Debug for AdminAuth {
+impl fmt::Debug for TokenAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdminAuth")
+        f.debug_struct("TokenAuth")
+            .field("role", &self.role)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
 
-impl fmt::Display for AdminAuth {
+impl fmt::Display for TokenAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.is_required() {
             "bearer token required"
@@ -196,11 +298,46 @@ pub struct AdminConfig {
 
 impl AdminConfig {
     /// The configured policy (a bad token is a start-up error).
-    pub fn build(&self) -> Result<AdminAuth, InvalidToken> {
-        match &self.admin_token {
-            Some(token) => AdminAuth::with_token(token),
-            None => Ok(AdminAuth::open()),
-        }
+    pub fn build(&self) -> Result<TokenAuth, InvalidToken> {
+        build(Role::Admin, self.admin_token.as_deref())
+    }
+}
+
+fn build(role: Role, token: Option<&str>) -> Result<TokenAuth, InvalidToken> {
+    match token {
+        Some(token) => TokenAuth::with_token_for(role, token),
+        None => Ok(TokenAuth::open_for(role)),
+    }
+}
+
+/// Service authentication flags: the token the participants' saga RPCs
+/// require, and that the orchestrator sends. Prefer the environment
+/// variable over the flag: command lines are visible to every local user.
+#[derive(Clone, Default, PartialEq, Eq, clap::Args)]
+#[command(next_help_heading = "Service authentication")]
+pub struct ServiceConfig {
+    /// Bearer token of the participants' saga RPCs (Charge, Refund, Deduct,
+    /// Restock): participants require it as `authorization: Bearer
+    /// <token>`, the orchestrator sends it. Unset: open (dev default).
+    #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
+    pub service_token: Option<String>,
+}
+
+impl ServiceConfig {
+    /// The configured policy (a bad token is a start-up error).
+    pub fn build(&self) -> Result<TokenAuth, InvalidToken> {
+        build(Role::Service, self.service_token.as_deref())
+    }
+}
+
+impl fmt::Debug for ServiceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceConfig")
+            .field(
+                "service_token",
+                &self.service_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
     }
 }
 
@@ -233,7 +370,7 @@ mod tests {
 
     #[test]
     fn open_admits_everything() {
-        let auth = AdminAuth::open();
+        let auth = TokenAuth::open();
         assert!(!auth.is_required());
         assert!(auth.check(&metadata(None)).is_ok());
         assert!(auth.check(&metadata(Some("Bearer whatever"))).is_ok());
@@ -244,7 +381,7 @@ mod tests {
 
     #[test]
     fn token_is_required_and_compared() {
-        let auth = AdminAuth::with_token(TOKEN).unwrap();
+        let auth = TokenAuth::with_token(TOKEN).unwrap();
         assert!(auth.is_required());
         for bad in [
             None,
@@ -272,13 +409,13 @@ mod tests {
 
     #[test]
     fn authorize_attaches_a_sensitive_header_the_check_accepts() {
-        let auth = AdminAuth::with_token(TOKEN).unwrap();
+        let auth = TokenAuth::with_token(TOKEN).unwrap();
         let request = auth.request(());
         let value = request.metadata().get(HEADER).unwrap();
         assert!(value.is_sensitive());
         assert_eq!(value.to_str().unwrap(), format!("Bearer {TOKEN}"));
         assert!(auth.check(request.metadata()).is_ok());
-        let other = AdminAuth::with_token("another").unwrap();
+        let other = TokenAuth::with_token("another").unwrap();
         assert!(other.check(request.metadata()).is_err());
         // The interceptor does the same.
         let mut interceptor = auth.clone();
@@ -288,12 +425,39 @@ mod tests {
     }
 
     #[test]
+    fn reads_need_either_token_once_one_is_configured() {
+        let admin = TokenAuth::with_token(TOKEN).unwrap();
+        let service = TokenAuth::with_token_for(Role::Service, "svc-token").unwrap();
+        let open_admin = TokenAuth::open();
+        let open_service = TokenAuth::open_for(Role::Service);
+        assert!(check_any(&[&open_service, &open_admin], &metadata(None)).is_ok());
+        for guards in [
+            [&service, &admin],
+            [&service, &open_admin],
+            [&open_service, &admin],
+        ] {
+            let refused = check_any(&guards, &metadata(None)).unwrap_err();
+            assert_eq!(refused.code(), Code::Unauthenticated);
+            assert_eq!(refused.message(), READ_UNAUTHENTICATED_MESSAGE);
+        }
+        let with_service = metadata(Some("Bearer svc-token"));
+        let with_admin = metadata(Some(&format!("Bearer {TOKEN}")));
+        assert!(check_any(&[&service, &admin], &with_service).is_ok());
+        assert!(check_any(&[&service, &admin], &with_admin).is_ok());
+        assert!(check_any(&[&service, &open_admin], &with_admin).is_err());
+        let refused = service.check(&with_admin).unwrap_err();
+        assert_eq!(refused.message(), SERVICE_UNAUTHENTICATED_MESSAGE);
+    }
+
+    #[test]
     fn unusable_tokens_are_refused() {
         for bad in ["", "has space", "tab\there", "ünïcode", &"x".repeat(513)] {
-            let e = AdminAuth::with_token(bad).unwrap_err();
+            let e = TokenAuth::with_token(bad).unwrap_err();
             assert!(e.to_string().contains("--admin-token"), "{e}");
         }
-        assert!(AdminAuth::with_token(&"x".repeat(512)).is_ok());
+        assert!(TokenAuth::with_token(&"x".repeat(512)).is_ok());
+        let e = TokenAuth::with_token_for(Role::Service, "").unwrap_err();
+        assert!(e.to_string().contains("--service-token"), "{e}");
     }
 
     #[derive(Debug, clap::Parser)]

@@ -8,10 +8,10 @@
 //! by [`ServeOptions::from_flags`]. [`serve_with`] applies the TLS part; the
 //! services apply the rest when they build their generated servers
 //! (`.max_decoding_message_size(options.max_request_bytes)`, an
-//! [`AdminAuth`] check in each admin RPC). [`serve`] is plaintext with the
+//! [`TokenAuth`] check in each admin RPC). [`serve`] is plaintext with the
 //! defaults, as before.
 
-use crate::auth::{AdminAuth, AdminConfig, InvalidToken};
+use crate::auth::{AdminConfig, InvalidToken, Role, TokenAuth};
 use crate::shutdown::Shutdown;
 use crate::tls::{TlsConfig, TlsError};
 use std::fmt;
@@ -73,7 +73,10 @@ pub struct ServeOptions {
     /// `Some`: serve TLS with this identity (see [`TlsConfig::server_tls`]).
     pub tls: Option<ServerTlsConfig>,
     /// Token check of the admin RPCs.
-    pub admin: AdminAuth,
+    pub admin: TokenAuth,
+    /// Token check of a participant's saga RPCs (open on the orchestrator,
+    /// which has none).
+    pub service: TokenAuth,
     /// Applied to every generated service with
     /// `.max_decoding_message_size(..)`.
     pub max_request_bytes: usize,
@@ -83,7 +86,8 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             tls: None,
-            admin: AdminAuth::open(),
+            admin: TokenAuth::open(),
+            service: TokenAuth::open_for(Role::Service),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
@@ -94,6 +98,7 @@ impl fmt::Debug for ServeOptions {
         f.debug_struct("ServeOptions")
             .field("tls", &self.tls.is_some())
             .field("admin", &self.admin)
+            .field("service", &self.service)
             .field("max_request_bytes", &self.max_request_bytes)
             .finish()
     }
@@ -120,8 +125,14 @@ impl ServeOptions {
         Ok(ServeOptions {
             tls: tls.server_tls()?,
             admin: admin.build()?,
+            service: TokenAuth::open_for(Role::Service),
             max_request_bytes: limits.max_request_bytes,
         })
+    }
+
+    /// These options with saga RPCs guarded by `service` (participants).
+    pub fn with_service(self, service: TokenAuth) -> ServeOptions {
+        ServeOptions { service, ..self }
     }
 
     /// Whether this server serves TLS.
@@ -145,6 +156,13 @@ impl ServeOptions {
             }
         );
         self.admin.log_startup(service);
+    }
+
+    /// [`ServeOptions::log_startup`] for a participant, which also says
+    /// whether its saga RPCs are guarded by the service token.
+    pub fn log_participant_startup(&self, service: &str) {
+        self.log_startup(service);
+        self.service.log_startup(service);
     }
 }
 
@@ -382,7 +400,7 @@ mod tests {
     #[test]
     fn options_debug_shows_no_secret() {
         let options = ServeOptions {
-            admin: AdminAuth::with_token("zz-secret-zz").unwrap(),
+            admin: TokenAuth::with_token("zz-secret-zz").unwrap(),
             ..ServeOptions::default()
         };
         let shown = format!("{options:?}");

@@ -26,6 +26,7 @@ use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as saga;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+use service_kit::auth::TokenAuth;
 use service_kit::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -323,12 +324,30 @@ pub async fn serve_orchestrator_with(
     settings: orchestrator::Settings,
     listener: tokio::net::TcpListener,
 ) -> Running {
+    serve_orchestrator_as(
+        storage,
+        definition,
+        settings,
+        service_kit::server::ServeOptions::default(),
+        listener,
+    )
+    .await
+}
+
+/// Starts the orchestrator served as `options` say (TLS, admin token).
+pub async fn serve_orchestrator_as(
+    storage: impl Into<Storage>,
+    definition: Arc<SagaDefinition>,
+    settings: orchestrator::Settings,
+    options: service_kit::server::ServeOptions,
+    listener: tokio::net::TcpListener,
+) -> Running {
     let addr = listener.local_addr().expect("local addr");
     let store = storage.into().sagas().await;
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        orchestrator::serve(store, definition, settings, listener, stop)
+        orchestrator::serve_with(store, definition, settings, options, listener, stop)
             .await
             .expect("orchestrator serve");
     });
@@ -339,14 +358,21 @@ pub async fn serve_orchestrator_with(
     }
 }
 
-/// All three services over one temp dir.
+/// The services of one test over one temp dir: both participants and,
+/// unless the test starts exactly the orchestrator instances it talks
+/// about ([`Stack::without_orchestrator`]), one orchestrator.
 pub struct Stack {
+    /// The temp dir the embedded stores live in.
     pub dir: tempfile::TempDir,
     /// Where all three services keep their state.
     pub storage: Storage,
+    /// payment-svc.
     pub payment: Running,
+    /// inventory-svc.
     pub inventory: Running,
-    pub orchestrator: Running,
+    /// The stack's own orchestrator, if it has one (see
+    /// [`Stack::orchestrator`]).
+    pub orchestrator: Option<Running>,
 }
 
 impl Stack {
@@ -354,27 +380,42 @@ impl Stack {
     pub async fn start() -> Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage = Storage::from(dir.path());
-        Self::start_on(dir, storage).await
+        Self::start_on(dir, storage, true).await
+    }
+
+    /// Both participants on embedded stores in a fresh temp dir, and no
+    /// orchestrator: the test starts the instances it talks about, and no
+    /// hidden one can take a saga over behind its back.
+    pub async fn without_orchestrator() -> Stack {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = Storage::from(dir.path());
+        Self::start_on(dir, storage, false).await
     }
 
     /// All three services on fresh MongoDB databases of the test target;
     /// `None` when no MongoDB is available (and not required).
     pub async fn start_mongo() -> Option<Stack> {
         let storage = Storage::fresh_mongo()?;
-        Some(Self::start_on(tempfile::tempdir().expect("tempdir"), storage).await)
+        Some(Self::start_on(tempfile::tempdir().expect("tempdir"), storage, true).await)
     }
 
-    async fn start_on(dir: tempfile::TempDir, storage: Storage) -> Stack {
+    async fn start_on(dir: tempfile::TempDir, storage: Storage, orchestrator: bool) -> Stack {
         let payment = start_participant(Service::Payment, storage.clone(), None).await;
         let inventory = start_participant(Service::Inventory, storage.clone(), None).await;
-        let orchestrator = start_orchestrator(
-            storage.clone(),
-            payment.addr,
-            inventory.addr,
-            fast_retry(),
-            None,
-        )
-        .await;
+        let orchestrator = if orchestrator {
+            Some(
+                start_orchestrator(
+                    storage.clone(),
+                    payment.addr,
+                    inventory.addr,
+                    fast_retry(),
+                    None,
+                )
+                .await,
+            )
+        } else {
+            None
+        };
         Stack {
             dir,
             storage,
@@ -382,6 +423,14 @@ impl Stack {
             inventory,
             orchestrator,
         }
+    }
+
+    /// The stack's own orchestrator (panics on a stack started
+    /// [`Stack::without_orchestrator`]).
+    pub fn orchestrator(&self) -> &Running {
+        self.orchestrator
+            .as_ref()
+            .expect("this stack was started without an orchestrator")
     }
 
     /// Stops one participant (its port stays reserved for [`Stack::restart`]).
@@ -406,12 +455,14 @@ impl Stack {
         self.dir.path().to_path_buf()
     }
 
+    /// A client of the stack's orchestrator's OrderService.
     pub async fn orders(&self) -> OrderServiceClient<Channel> {
-        OrderServiceClient::new(channel(self.orchestrator.addr).await)
+        OrderServiceClient::new(channel(self.orchestrator().addr).await)
     }
 
+    /// A client of the stack's orchestrator's SagaService.
     pub async fn sagas(&self) -> SagaServiceClient<Channel> {
-        SagaServiceClient::new(channel(self.orchestrator.addr).await)
+        SagaServiceClient::new(channel(self.orchestrator().addr).await)
     }
 
     pub async fn payments(&self) -> PaymentServiceClient<Channel> {
@@ -470,8 +521,12 @@ impl Stack {
             .map(|r| r.into_inner())
     }
 
+    /// Stops every service (checking each stopped cleanly) and hands back
+    /// the temp dir.
     pub async fn stop(self) -> tempfile::TempDir {
-        self.orchestrator.stop().await;
+        if let Some(orchestrator) = self.orchestrator {
+            orchestrator.stop().await;
+        }
         self.payment.stop().await;
         self.inventory.stop().await;
         self.dir
@@ -513,8 +568,14 @@ pub async fn channel(addr: SocketAddr) -> Channel {
     panic!("cannot connect to {addr}");
 }
 
+/// The balance of `customer` (GetAccount without a token).
 pub async fn balance(payment_addr: SocketAddr, customer: &str) -> i64 {
-    PaymentServiceClient::new(channel(payment_addr).await)
+    balance_as(payment_addr, customer, TokenAuth::open()).await
+}
+
+/// The balance of `customer`, read presenting `auth`'s token.
+pub async fn balance_as(payment_addr: SocketAddr, customer: &str, auth: TokenAuth) -> i64 {
+    PaymentServiceClient::with_interceptor(channel(payment_addr).await, auth)
         .get_account(payment::GetAccountRequest {
             customer_id: customer.into(),
             operation_limit: 0,
@@ -525,8 +586,14 @@ pub async fn balance(payment_addr: SocketAddr, customer: &str) -> i64 {
         .balance_cents
 }
 
+/// The stock of `product` (GetProduct without a token).
 pub async fn stock(inventory_addr: SocketAddr, product: &str) -> i64 {
-    InventoryServiceClient::new(channel(inventory_addr).await)
+    stock_as(inventory_addr, product, TokenAuth::open()).await
+}
+
+/// The stock of `product`, read presenting `auth`'s token.
+pub async fn stock_as(inventory_addr: SocketAddr, product: &str, auth: TokenAuth) -> i64 {
+    InventoryServiceClient::with_interceptor(channel(inventory_addr).await, auth)
         .get_product(inventory::GetProductRequest {
             product_id: product.into(),
             operation_limit: 0,

@@ -3,8 +3,9 @@
 //! a wrong one answer UNAUTHENTICATED — before their input is even checked —
 //! and change nothing (balance, stock, fault settings, and the refused
 //! request id stays unused); with the right token they work. The saga RPCs
-//! (Charge, Deduct, reads) never need it, and with no token configured
-//! everything passes (the dev default).
+//! (Charge, Deduct) never need it (they need the service token when one is
+//! configured: `service_auth.rs`); reads need it once it is configured; and
+//! with no token configured everything passes (the dev default).
 
 use participant_kit::faults::{FaultSettings, Faults};
 use saga_proto::faults::v1 as faults_pb;
@@ -13,8 +14,8 @@ use saga_proto::inventory::v1 as inventory;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
-use saga_tests::{Service, balance, channel, stock};
-use service_kit::auth::{AdminAuth, UNAUTHENTICATED_MESSAGE};
+use saga_tests::{Service, balance, balance_as, channel, stock, stock_as};
+use service_kit::auth::{TokenAuth, UNAUTHENTICATED_MESSAGE};
 use service_kit::server::ServeOptions;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,25 +57,25 @@ impl Participant {
 
 fn protected() -> ServeOptions {
     ServeOptions {
-        admin: AdminAuth::with_token(TOKEN).expect("token"),
+        admin: TokenAuth::with_token(TOKEN).expect("token"),
         ..ServeOptions::default()
     }
 }
 
 /// The three ways to call an admin RPC without being admitted.
-fn intruders() -> Vec<(&'static str, AdminAuth)> {
+fn intruders() -> Vec<(&'static str, TokenAuth)> {
     vec![
-        ("no token", AdminAuth::open()),
+        ("no token", TokenAuth::open()),
         (
             "wrong token",
-            AdminAuth::with_token("test-admin-token-0123456788").unwrap(),
+            TokenAuth::with_token("test-admin-token-0123456788").unwrap(),
         ),
-        ("token prefix", AdminAuth::with_token("test-admin").unwrap()),
+        ("token prefix", TokenAuth::with_token("test-admin").unwrap()),
     ]
 }
 
-fn admin() -> AdminAuth {
-    AdminAuth::with_token(TOKEN).unwrap()
+fn admin() -> TokenAuth {
+    TokenAuth::with_token(TOKEN).unwrap()
 }
 
 fn assert_unauthenticated(result: Result<impl std::fmt::Debug, tonic::Status>, what: &str) {
@@ -100,7 +101,7 @@ fn add_stock(request_id: &str, product_id: &str, quantity: i64) -> inventory::Ad
 }
 
 async fn operations(addr: SocketAddr, customer: &str) -> usize {
-    PaymentServiceClient::new(channel(addr).await)
+    PaymentServiceClient::with_interceptor(channel(addr).await, admin())
         .get_account(payment::GetAccountRequest {
             customer_id: customer.into(),
             operation_limit: 0,
@@ -132,9 +133,9 @@ async fn deposit_needs_the_token_and_a_refused_one_changes_nothing() {
         // A new customer is not created either.
         assert_unauthenticated(client.deposit(deposit("dep-3", "mallory", 9)).await, who);
     }
-    assert_eq!(balance(p.addr, "alice").await, 1_000);
+    assert_eq!(balance_as(p.addr, "alice", admin()).await, 1_000);
     assert_eq!(operations(p.addr, "alice").await, 1);
-    let missing = PaymentServiceClient::new(ch.clone())
+    let missing = PaymentServiceClient::with_interceptor(ch.clone(), admin())
         .get_account(payment::GetAccountRequest {
             customer_id: "mallory".into(),
             operation_limit: 0,
@@ -183,7 +184,7 @@ async fn add_stock_needs_the_token_and_a_refused_one_changes_nothing() {
         );
         assert_unauthenticated(client.add_stock(add_stock("", "", 0)).await, who);
     }
-    assert_eq!(stock(p.addr, "sku-apple").await, 10);
+    assert_eq!(stock_as(p.addr, "sku-apple", admin()).await, 10);
 
     let added = with_token
         .add_stock(add_stock("stock-2", "sku-apple", 5))
@@ -203,7 +204,7 @@ async fn add_stock_needs_the_token_and_a_refused_one_changes_nothing() {
         })
         .await
         .expect("deduct without a token");
-    assert_eq!(stock(p.addr, "sku-apple").await, 11);
+    assert_eq!(stock_as(p.addr, "sku-apple", admin()).await, 11);
     p.stop().await;
 }
 
@@ -261,7 +262,7 @@ async fn without_a_configured_token_everything_passes() {
     let pay = channel(payment_svc.addr).await;
     let inv = channel(inventory_svc.addr).await;
     // No metadata at all, and a token nobody asked for: both pass.
-    for (i, auth) in [AdminAuth::open(), admin()].into_iter().enumerate() {
+    for (i, auth) in [TokenAuth::open(), admin()].into_iter().enumerate() {
         PaymentServiceClient::with_interceptor(pay.clone(), auth.clone())
             .deposit(deposit(&format!("open-{i}"), "bob", 100))
             .await

@@ -251,7 +251,7 @@ async fn saga_through_an_outage(uri_options: &str) {
         storage,
         payment,
         inventory,
-        orchestrator,
+        orchestrator: None,
     };
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-apple", 10).await;
@@ -259,7 +259,6 @@ async fn saga_through_an_outage(uri_options: &str) {
         storage,
         payment,
         inventory,
-        orchestrator,
         ..
     } = stack;
 

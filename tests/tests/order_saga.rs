@@ -223,7 +223,7 @@ async fn fifty_concurrent_duplicate_create_orders_make_one_saga_and_one_charge(s
     }
     let saga_id = ids.into_iter().next().expect("one id");
     saga_tests::wait_terminal(
-        stack.orchestrator.addr,
+        stack.orchestrator().addr,
         &saga_id,
         std::time::Duration::from_secs(10),
     )
@@ -368,7 +368,7 @@ async fn create_order_without_wait_returns_at_once_and_the_saga_finishes(stack: 
     assert!(reply.saga.is_none());
     assert!(reply.order_id.starts_with("order-"));
     let saga = saga_tests::wait_terminal(
-        stack.orchestrator.addr,
+        stack.orchestrator().addr,
         &reply.saga_id,
         std::time::Duration::from_secs(10),
     )

@@ -30,7 +30,7 @@ async fn every_server_offers_health_and_reflection() {
         v.sort();
         v
     };
-    let orchestrator = saga_tests::reflection::listed_services(stack.orchestrator.addr).await;
+    let orchestrator = saga_tests::reflection::listed_services(stack.orchestrator().addr).await;
     assert_eq!(
         orchestrator,
         expect(&["saga.v1.OrderService", "saga.v1.SagaService"])
@@ -45,13 +45,13 @@ async fn every_server_offers_health_and_reflection() {
     );
 
     assert!(
-        saga_tests::reflection::describes(stack.orchestrator.addr, "saga.v1.OrderService").await
+        saga_tests::reflection::describes(stack.orchestrator().addr, "saga.v1.OrderService").await
     );
     assert!(
         saga_tests::reflection::describes(stack.payment.addr, "payment.v1.ChargeRequest").await
     );
 
-    assert!(serving(stack.orchestrator.addr, "saga.v1.OrderService").await);
+    assert!(serving(stack.orchestrator().addr, "saga.v1.OrderService").await);
     assert!(serving(stack.payment.addr, "payment.v1.PaymentService").await);
     assert!(serving(stack.inventory.addr, "inventory.v1.InventoryService").await);
     stack.stop().await;

@@ -64,14 +64,13 @@ async fn services_restarted_on_the_same_data_dir_keep_their_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
-    let stack = Stack::start().await;
+    let stack = Stack::without_orchestrator().await;
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-apple", 10).await;
     let Stack {
         dir,
         payment,
         inventory,
-        orchestrator,
         ..
     } = stack;
     let inventory_addr = inventory.addr;
@@ -80,7 +79,6 @@ async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
     // The charge goes through; the deduct keeps failing while inventory is down.
     let mut patient = fast_retry();
     patient.action_attempts = 1_000;
-    orchestrator.stop().await;
     let orchestrator = start_orchestrator(
         dir.path(),
         payment.addr,
@@ -152,19 +150,17 @@ async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_participant_that_is_down_only_delays_the_saga() {
-    let stack = Stack::start().await;
+    let stack = Stack::without_orchestrator().await;
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-apple", 10).await;
     let Stack {
         dir,
         payment,
         inventory,
-        orchestrator,
         ..
     } = stack;
     let payment_addr = payment.addr;
     payment.stop().await;
-    orchestrator.stop().await;
     let mut patient = fast_retry();
     patient.action_attempts = 1_000;
     let orchestrator =

@@ -4,7 +4,9 @@
 //! `http://` address upgraded because a CA is set; a plaintext client and a
 //! client trusting another CA are refused and change nothing. With
 //! `--tls-client-auth` a client must also present a certificate the CA
-//! signed.
+//! signed. And the whole stack over mutual TLS: the orchestrator serves
+//! TLS and calls TLS participants that require its client certificate
+//! (`participant_channel_with`).
 
 use embedded_store::Durability;
 use participant_kit::faults::Faults;
@@ -57,21 +59,22 @@ fn leaf(
     dir: &Path,
     name: &str,
     sans: &[&str],
-    usage: ExtendedKeyUsagePurpose,
+    usage: &[ExtendedKeyUsagePurpose],
     issuer: &Issuer<'static, KeyPair>,
 ) {
     let key = KeyPair::generate().expect("key");
     let mut params =
         CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
             .expect("params");
-    params.extended_key_usages = vec![usage];
+    params.extended_key_usages = usage.to_vec();
     let cert = params.signed_by(&key, issuer).expect("signed");
     std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).expect("write cert");
     std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).expect("write key");
 }
 
 /// A CA, a server certificate it signed for localhost and 127.0.0.1, a
-/// client certificate it signed, and an unrelated CA.
+/// client certificate it signed, the orchestrator's certificate (server and
+/// client), and an unrelated CA.
 fn pki() -> Pki {
     let dir = tempfile::tempdir().expect("tempdir");
     let (ca_cert, issuer) = ca("saga test CA");
@@ -80,14 +83,26 @@ fn pki() -> Pki {
         dir.path(),
         "server",
         &["localhost", "127.0.0.1"],
-        ExtendedKeyUsagePurpose::ServerAuth,
+        &[ExtendedKeyUsagePurpose::ServerAuth],
         &issuer,
     );
     leaf(
         dir.path(),
         "client",
         &["orchestrator"],
-        ExtendedKeyUsagePurpose::ClientAuth,
+        &[ExtendedKeyUsagePurpose::ClientAuth],
+        &issuer,
+    );
+    // The orchestrator's own: it serves TLS and is a client of the
+    // participants with the same --tls-cert/--tls-key.
+    leaf(
+        dir.path(),
+        "orchestrator",
+        &["localhost", "127.0.0.1"],
+        &[
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
         &issuer,
     );
     let (other_ca, _) = ca("some other CA");
@@ -298,6 +313,123 @@ async fn mutual_tls_requires_a_client_certificate_the_ca_signed() {
         .into_inner();
     assert_eq!(deposited.balance_cents, 42);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn the_whole_stack_runs_over_mutual_tls() {
+    let pki = pki();
+    let participant_tls = TlsConfig {
+        tls_ca: Some(pki.path("ca.pem")),
+        tls_client_auth: true,
+        ..server_flags(&pki)
+    };
+    let options = |tls: &TlsConfig| {
+        ServeOptions::from_flags(&AdminConfig::default(), tls, &LimitsConfig::default())
+            .expect("TLS flags")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let start = |service| {
+        saga_tests::start_participant_with(
+            service,
+            dir.path(),
+            Arc::new(Faults::disabled()),
+            options(&participant_tls),
+            None,
+        )
+    };
+    let payment_svc = start(saga_tests::Service::Payment).await;
+    let inventory_svc = start(saga_tests::Service::Inventory).await;
+
+    // The orchestrator: serves TLS, and presents the same certificate to
+    // the participants, whose server certificates it checks with the CA.
+    let orchestrator_tls = TlsConfig {
+        tls_cert: Some(pki.path("orchestrator.pem")),
+        tls_key: Some(pki.path("orchestrator.key")),
+        tls_ca: Some(pki.path("ca.pem")),
+        tls_client_auth: false,
+    };
+    let channel = |addr: SocketAddr| {
+        orchestrator::participant_channel_with(
+            &format!("https://localhost:{}", addr.port()),
+            &orchestrator_tls,
+        )
+        .expect("participant channel")
+    };
+    let (payment_channel, inventory_channel) =
+        (channel(payment_svc.addr), channel(inventory_svc.addr));
+    let mut payments = PaymentServiceClient::new(payment_channel.clone());
+    payments
+        .deposit(payment::DepositRequest {
+            request_id: "dep-tls".into(),
+            customer_id: "alice".into(),
+            amount_cents: 1_000,
+        })
+        .await
+        .expect("deposit over mutual TLS");
+    saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient::new(
+        inventory_channel.clone(),
+    )
+    .add_stock(saga_proto::inventory::v1::AddStockRequest {
+        request_id: "stock-tls".into(),
+        product_id: "sku-apple".into(),
+        quantity: 5,
+    })
+    .await
+    .expect("add stock over mutual TLS");
+    let definition = orchestrator::order_saga::OrderParticipants::new(
+        payment_channel,
+        inventory_channel,
+        Duration::from_secs(5),
+    )
+    .definition()
+    .expect("definition");
+    let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
+    let port = listener.local_addr().unwrap().port();
+    let orchestrator = saga_tests::serve_orchestrator_as(
+        dir.path(),
+        Arc::new(definition),
+        saga_tests::test_settings(saga_tests::fast_retry(), port),
+        options(&orchestrator_tls),
+        listener,
+    )
+    .await;
+
+    // A client that trusts the CA orders over TLS; plaintext is refused.
+    let endpoint = client_endpoint(&format!("https://localhost:{port}"), &pki.ca()).unwrap();
+    let mut orders = saga_proto::saga::v1::order_service_client::OrderServiceClient::new(
+        connect(endpoint).await.expect("TLS connect"),
+    );
+    let done = orders
+        .create_order(saga_tests::order_request(
+            "tls-order",
+            "alice",
+            &[("sku-apple", 2, 150)],
+            true,
+        ))
+        .await
+        .expect("CreateOrder over TLS")
+        .into_inner();
+    assert_eq!(
+        done.status(),
+        saga_proto::saga::v1::SagaStatus::Completed,
+        "{done:?}"
+    );
+    assert_eq!(balance(&mut payments).await, 700);
+    let plaintext = Endpoint::from_shared(format!("http://127.0.0.1:{port}")).unwrap();
+    if let Ok(channel) = connect(plaintext).await {
+        saga_proto::saga::v1::order_service_client::OrderServiceClient::new(channel)
+            .create_order(saga_tests::order_request(
+                "plain",
+                "alice",
+                &[("sku-apple", 1, 1)],
+                false,
+            ))
+            .await
+            .expect_err("plaintext to a TLS orchestrator is refused");
+    }
+    orchestrator.stop().await;
+    payment_svc.stop().await;
+    inventory_svc.stop().await;
 }
 
 #[test]

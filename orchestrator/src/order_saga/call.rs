@@ -1,10 +1,12 @@
 //! How the order saga's steps call a participant: every request carries
-//! the call deadline and the saga's trace context, and every reply is
-//! classified into a domain [`StepOutcome`] here, at the edge.
+//! the call deadline, the saga's trace context and the service token (when
+//! one is configured), and every reply is classified into a domain
+//! [`StepOutcome`] here, at the edge.
 
 use super::classify::{FailureClass, classify};
 use crate::saga::Saga;
 use crate::step::StepOutcome;
+use service_kit::auth::{Role, TokenAuth};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -13,18 +15,28 @@ use tonic::{Request, Response, Status};
 pub struct Caller {
     /// Deadline of one participant call.
     call_timeout: Duration,
+    /// The token the participants' saga RPCs require (none: open).
+    service: TokenAuth,
 }
 
 impl Caller {
-    /// Calls with `call_timeout` as their deadline.
+    /// Calls with `call_timeout` as their deadline and no service token.
     pub fn new(call_timeout: Duration) -> Self {
-        Caller { call_timeout }
+        Caller {
+            call_timeout,
+            service: TokenAuth::open_for(Role::Service),
+        }
+    }
+
+    /// These calls carrying `service`'s token.
+    pub fn with_service_token(self, service: TokenAuth) -> Self {
+        Caller { service, ..self }
     }
 
     /// A participant request with the call deadline and the saga's trace
     /// context (`traceparent`, trace id = the saga id's 32 hex digits).
     pub fn request<T>(&self, saga: &Saga, message: T) -> Request<T> {
-        let mut request = Request::new(message);
+        let mut request = self.service.request(message);
         request.set_timeout(self.call_timeout);
         if let Ok(value) = service_kit::trace::traceparent(&saga.trace_id()).parse() {
             request

@@ -4,7 +4,7 @@
 use super::{FaultSettings, Faults};
 use saga_proto::faults::v1 as pb;
 use saga_proto::faults::v1::fault_service_server::FaultServiceServer;
-use service_kit::auth::AdminAuth;
+use service_kit::auth::TokenAuth;
 use service_kit::server::ServeOptions;
 use std::sync::Arc;
 use tonic::server::NamedService;
@@ -40,17 +40,17 @@ impl From<FaultSettings> for pb::FaultSettings {
 /// `faults.v1.FaultService` over a participant's [`Faults`].
 pub struct FaultApi {
     faults: Arc<Faults>,
-    admin: AdminAuth,
+    admin: TokenAuth,
 }
 
 impl FaultApi {
     /// Open to every caller (no admin token).
     pub fn new(faults: Arc<Faults>) -> Self {
-        Self::with_admin(faults, AdminAuth::open())
+        Self::with_admin(faults, TokenAuth::open())
     }
 
     /// Both RPCs require the admin token when `admin` has one.
-    pub fn with_admin(faults: Arc<Faults>, admin: AdminAuth) -> Self {
+    pub fn with_admin(faults: Arc<Faults>, admin: TokenAuth) -> Self {
         FaultApi { faults, admin }
     }
 
