@@ -317,8 +317,12 @@ impl MongoServer {
             ServerKind::Emulator => self.emulator_outage(length).await,
             ServerKind::SecantusDb => {
                 let began = Instant::now();
-                let State::Up(running) = std::mem::replace(&mut self.state, State::Down) else {
-                    return Err("SecantusDB is not up".into());
+                let running = match std::mem::replace(&mut self.state, State::Down) {
+                    State::Up(running) => running,
+                    other => {
+                        self.state = other;
+                        return Err("SecantusDB is not up".into());
+                    }
                 };
                 tokio::task::spawn_blocking(move || drop(running))
                     .await
@@ -449,4 +453,65 @@ fn watch_for_ready(stdout: ChildStdout) -> mpsc::Receiver<Option<u16>> {
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_emulator_gets_only_its_port() {
+        let options = ServerOptions {
+            port: 4242,
+            storage_path: Some("/data".into()),
+            sync_on_commit: true,
+            ..ServerOptions::default()
+        };
+        assert_eq!(options.args(ServerKind::Emulator), ["--port", "4242"]);
+    }
+
+    #[test]
+    fn secantusdb_gets_every_option_it_is_given() {
+        let options = ServerOptions {
+            port: 4242,
+            storage_path: Some("/data".into()),
+            sync_on_commit: true,
+            enable_test_commands: true,
+            ttl_sweep_seconds: Some(1),
+            transaction_lifetime_seconds: Some(5),
+            standalone: true,
+            ..ServerOptions::default()
+        };
+        assert_eq!(
+            options.args(ServerKind::SecantusDb),
+            [
+                "--port",
+                "4242",
+                "--storage-path",
+                "/data",
+                "--sync-on-commit",
+                "--enable-test-commands",
+                "--standalone",
+                "--ttl-sweep-seconds",
+                "1",
+                "--transaction-lifetime-seconds",
+                "5",
+            ]
+        );
+        let plain = ServerOptions {
+            storage_path: Some("/data".into()),
+            ..ServerOptions::default()
+        };
+        assert_eq!(
+            plain.args(ServerKind::SecantusDb),
+            ["--port", "0", "--storage-path", "/data"]
+        );
+    }
+
+    #[test]
+    fn labels_never_claim_a_real_mongodb() {
+        for kind in [ServerKind::Emulator, ServerKind::SecantusDb] {
+            assert!(kind.label().contains("not a real"), "{}", kind.label());
+        }
+    }
 }

@@ -156,3 +156,76 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
         .map(|l| (*l).to_owned())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn sleeper(script: &str, own_group: bool) -> Child {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        if own_group {
+            cmd.process_group(0);
+        }
+        spawn_tied(cmd).expect("spawn sh")
+    }
+
+    #[test]
+    fn a_child_that_honours_sigterm_stops_without_sigkill() {
+        let mut child = sleeper("exec sleep 30", false);
+        let stopped = stop(&mut child, Duration::from_secs(5)).expect("stop");
+        assert!(!stopped.killed);
+        assert_eq!(stopped.status.signal(), Some(libc::SIGTERM));
+    }
+
+    #[test]
+    fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
+        let mut child = sleeper("trap '' TERM; while :; do sleep 0.05; done", false);
+        // Let the shell install its trap first.
+        std::thread::sleep(Duration::from_millis(200));
+        let began = Instant::now();
+        let stopped = stop(&mut child, Duration::from_millis(300)).expect("stop");
+        assert!(stopped.killed);
+        assert_eq!(stopped.status.signal(), Some(libc::SIGKILL));
+        assert!(began.elapsed() >= Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_group_leader_takes_its_children_along() {
+        let mut child = sleeper("sleep 30 & wait", true);
+        std::thread::sleep(Duration::from_millis(200));
+        let pgid = libc::pid_t::try_from(child.id()).expect("pid");
+        assert_eq!(live_members(pgid), 2, "the shell and its sleep");
+        stop(&mut child, Duration::from_secs(5)).expect("stop");
+        assert_eq!(
+            live_members(pgid),
+            0,
+            "a process of the stopped group survived"
+        );
+    }
+
+    /// Processes of group `pgid` that are not zombies (a killed orphan may
+    /// wait a moment to be reaped by init).
+    fn live_members(pgid: libc::pid_t) -> usize {
+        let entries = std::fs::read_dir("/proc").expect("/proc");
+        entries
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                // After "pid (comm) ": state, ppid, pgrp.
+                let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.get(2) == Some(&pgid.to_string().as_str()) && fields.first() != Some(&"Z")
+            })
+            .count()
+    }
+
+    #[test]
+    fn an_already_reaped_child_is_not_signalled_again() {
+        let mut child = sleeper("exit 3", false);
+        let status = child.wait().expect("wait");
+        let stopped = stop(&mut child, Duration::from_secs(1)).expect("stop");
+        assert_eq!(stopped.status.code(), status.code());
+        assert!(!stopped.killed);
+    }
+}
