@@ -1,19 +1,21 @@
 //! The storage targets tests run against, and how to open a fresh store on
 //! each: the embedded SQLite store in a temp dir, or MongoDB — a real one
-//! when `MONGODB_URI` is set, otherwise the wire-protocol emulator shipped
-//! in `tests/mongo-emulator/` (started once per test binary).
+//! when `MONGODB_URI` is set, otherwise the MongoDB test server
+//! ([`crate::mongo_server`]: the wire-protocol emulator shipped in
+//! `tests/mongo-emulator/`, or SecantusDB with `SAGA_MONGO_SERVER=secantusdb`),
+//! started once per test binary and stopped when it exits.
 //!
 //! Which target ran is printed once per test binary, straight to stderr so
 //! the test harness's output capture cannot hide it; emulated results are
 //! never called real.
 
+use crate::mongo_server::{self, MongoServer, ServerKind};
 use embedded_store::Durability;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use orchestrator::store::{MongoSagaStore, SagaStore, SqliteSagaStore};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use std::any::Any;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A store under test plus whatever must live as long as it (temp dir).
@@ -26,39 +28,34 @@ pub struct Backend<S: ?Sized> {
 #[derive(Debug, Clone)]
 pub struct MongoTarget {
     pub uri: String,
-    /// "real MongoDB" or "emulated MongoDB".
+    /// "real MongoDB", or the test server's [`ServerKind::label`].
     pub label: &'static str,
-}
-
-/// The emulator process: its stdin is held open for the life of the test
-/// binary; the emulator exits when it closes.
-struct Emulator {
-    _child: Child,
-    _stdin: Option<ChildStdin>,
+    /// The test server this binary started; `None` for a real MongoDB.
+    pub server: Option<ServerKind>,
 }
 
 static MONGO: OnceLock<Option<MongoTarget>> = OnceLock::new();
-static EMULATOR: Mutex<Option<Emulator>> = Mutex::new(None);
+/// The test binary's shared server. Statics are never dropped, so
+/// [`stop_shared_server`] runs at exit.
+static SERVER: Mutex<Option<MongoServer>> = Mutex::new(None);
 
 fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// The MongoDB target, starting the emulator if needed. `None` (with a
+/// The MongoDB target, starting the test server if needed. `None` (with a
 /// printed reason) when no MongoDB can be had and `REQUIRE_MONGO` is not
 /// set; with `REQUIRE_MONGO=1` that is a failure instead.
 pub fn mongo() -> Option<MongoTarget> {
     MONGO
         .get_or_init(|| {
-            let target = match std::env::var("MONGODB_URI") {
-                Ok(uri) if !uri.is_empty() => Ok(MongoTarget {
+            let target = match mongo_server::external_uri() {
+                Some(uri) => Ok(MongoTarget {
                     uri,
                     label: "real MongoDB",
+                    server: None,
                 }),
-                _ => start_emulator().map(|uri| MongoTarget {
-                    uri,
-                    label: "emulated MongoDB (mockupdb + mongomock wire-protocol emulator, not a real server)",
-                }),
+                None => start_shared_server(),
             };
             match target {
                 Ok(t) => {
@@ -83,38 +80,27 @@ pub fn mongo() -> Option<MongoTarget> {
         .clone()
 }
 
-fn start_emulator() -> Result<String, String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/mongo-emulator.sh");
-    let mut child = Command::new("bash")
-        .args([script, "--port", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot run {script}: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no emulator stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let port = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(port) = line.strip_prefix("READY ") {
-                    break port.trim().to_owned();
-                }
-            }
-            Some(Err(e)) => return Err(format!("reading emulator output: {e}")),
-            None => return Err("emulator exited before READY".into()),
-        }
+fn start_shared_server() -> Result<MongoTarget, String> {
+    let server = MongoServer::start_default()?;
+    let target = MongoTarget {
+        uri: server.uri(),
+        label: server.label(),
+        server: Some(server.kind()),
     };
-    // Keep draining stdout so the emulator never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    let stdin = child.stdin.take();
-    if let Ok(mut slot) = EMULATOR.lock() {
-        *slot = Some(Emulator {
-            _child: child,
-            _stdin: stdin,
-        });
+    *SERVER.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+    // SAFETY: registers a plain extern "C" function with no arguments.
+    unsafe {
+        libc::atexit(stop_shared_server);
     }
-    Ok(format!("mongodb://127.0.0.1:{port}/?directConnection=true"))
+    Ok(target)
+}
+
+/// Stops the shared server when the test binary exits (SIGTERM, so
+/// SecantusDB removes its temp storage cleanly).
+extern "C" fn stop_shared_server() {
+    let _ = std::panic::catch_unwind(|| {
+        drop(SERVER.lock().unwrap_or_else(|e| e.into_inner()).take());
+    });
 }
 
 /// A database no other test uses.

@@ -6,11 +6,18 @@
 //!
 //! [`backends`] opens fresh stores on every storage target and
 //! [`conformance`] holds the storage suites every backend must pass.
+//! [`mongo_server`] launches the MongoDB test server (emulator or
+//! SecantusDB) for them and for the tools (`src/bin/chaos`,
+//! `src/bin/loadgen`); [`process`] ties every child process to this one
+//! and stops it; [`saga_list`] pages through ListSagas.
 
 pub mod backends;
 pub mod conformance;
 pub mod crash;
+pub mod mongo_server;
+pub mod process;
 pub mod reflection;
+pub mod saga_list;
 
 use embedded_store::Durability;
 use inventory_svc::store::SqliteInventoryStore;

@@ -2,11 +2,13 @@
 //! (no panic). Mid-saga, the saga waits the outage out and completes, and
 //! nothing that was acknowledged is lost.
 //!
-//! Outages come from the wire-protocol emulator's `{emulatorOutage: <ms>}`
-//! admin command (connections closed, port refused, data kept), so these
-//! tests need the emulator: with a real MongoDB (`MONGODB_URI`) they only
-//! say so. Each test runs its own emulator process, so one test's outage
-//! never disturbs another test. `RUST_LOG=info` shows the services' logs.
+//! Outages come from the MongoDB test server ([`MongoServer::outage`]:
+//! connections closed, port refused, data kept — the emulator's
+//! `{emulatorOutage: <ms>}` command, or SecantusDB stopped and started again
+//! on the same port and storage), so these tests need a test server: with a
+//! real MongoDB (`MONGODB_URI`) they only say so. Each test runs its own
+//! server process, so one test's outage never disturbs another test.
+//! `RUST_LOG=info` shows the services' logs.
 
 use bson::doc;
 use saga_proto::payment::v1 as payment;
@@ -14,106 +16,47 @@ use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as pb;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+use saga_tests::mongo_server::{MongoServer, ServerKind, ServerOptions};
 use saga_tests::{
     Service, Stack, Storage, channel, fast_retry, order_request, start_orchestrator,
     start_participant, wait_terminal,
 };
 use service_kit::shutdown::Shutdown;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// An emulator process of this test's own. Its stdin is held open (it exits
-/// when that closes); dropping it kills the process.
-struct Emulator {
-    child: Child,
-    _stdin: Option<ChildStdin>,
-    port: u16,
-}
-
-impl Emulator {
-    /// Starts `scripts/mongo-emulator.sh --port <port>` (0: any port) and
-    /// waits for its `READY <port>` line.
-    async fn start(port: u16) -> Emulator {
-        tokio::task::spawn_blocking(move || {
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/mongo-emulator.sh");
-            let mut child = Command::new("bash")
-                .args([script, "--port", &port.to_string()])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("run the emulator");
-            let stdin = child.stdin.take();
-            let stdout = child.stdout.take().expect("emulator stdout");
-            let mut lines = BufReader::new(stdout).lines();
-            let port = loop {
-                let line = lines
-                    .next()
-                    .expect("emulator exited before READY")
-                    .expect("emulator output");
-                if let Some(port) = line.strip_prefix("READY ") {
-                    break port.trim().parse().expect("READY <port>");
-                }
-            };
-            // Keep draining stdout so the emulator never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            Emulator {
-                child,
-                _stdin: stdin,
-                port,
-            }
-        })
-        .await
-        .expect("start the emulator")
-    }
-
-    fn uri(&self) -> String {
-        format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
-    }
-
-    /// Makes the emulator unreachable for `ms` milliseconds (its data stays).
-    async fn outage(&self, ms: i64) {
-        let client =
-            mongodb::Client::with_uri_str(format!("{}&serverSelectionTimeoutMS=2000", self.uri()))
-                .await
-                .expect("admin client");
-        let reply = client
-            .database("admin")
-            .run_command(doc! { "emulatorOutage": ms })
-            .await
-            .expect("emulatorOutage");
-        assert_eq!(reply.get_f64("ok").ok(), Some(1.0), "{reply}");
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether the outage tests can run: the MongoDB test target is the
-/// emulator. Says why not otherwise.
-fn on_the_emulator() -> bool {
+/// The kind of test server the MongoDB tests run on, when they run on one
+/// (the outage tests start their own of that kind). Says why not otherwise.
+fn test_server_kind() -> Option<ServerKind> {
     if std::env::var_os("RUST_LOG").is_some() {
         service_kit::telemetry::init(service_kit::telemetry::LogFormat::Text);
     }
-    let Some(target) = saga_tests::backends::mongo() else {
-        return false;
-    };
-    if !target.label.starts_with("emulated") {
+    let target = saga_tests::backends::mongo()?;
+    if target.server.is_none() {
         eprintln!(
-            "MongoDB outage tests skipped: they need the emulator (outages are simulated by its \
-             emulatorOutage command), and the target is {}",
+            "MongoDB outage tests skipped: they need a test server they can take down \
+             (scripts/mongo-emulator.sh or scripts/secantusdb.sh), and the target is {}",
             target.label
         );
-        return false;
     }
-    true
+    target.server
+}
+
+/// A test server of this test's own on `port` (0: any port).
+async fn start_server(kind: ServerKind, port: u16) -> MongoServer {
+    tokio::task::spawn_blocking(move || {
+        MongoServer::start(
+            kind,
+            ServerOptions {
+                port,
+                ..ServerOptions::default()
+            },
+        )
+    })
+    .await
+    .expect("start the MongoDB test server")
+    .expect("the MongoDB test server is up")
 }
 
 fn free_port() -> u16 {
@@ -174,9 +117,9 @@ async fn connect_keeps_retrying_until_shutdown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_waits_for_mongodb_to_come_up() {
-    if !on_the_emulator() {
+    let Some(kind) = test_server_kind() else {
         return;
-    }
+    };
     let port = free_port();
     // A short selection timeout makes each ping fail fast, so connect goes
     // round its retry loop (and logs "MongoDB unreachable; retrying") while
@@ -193,8 +136,8 @@ async fn connect_waits_for_mongodb_to_come_up() {
         "connect finished (or panicked) with nothing listening"
     );
 
-    let emulator = Emulator::start(port).await;
-    assert_eq!(emulator.port, port);
+    let server = start_server(kind, port).await;
+    assert_eq!(server.port(), port);
     let up = started.elapsed();
     let db = tokio::time::timeout(Duration::from_secs(10), connecting)
         .await
@@ -205,10 +148,11 @@ async fn connect_waits_for_mongodb_to_come_up() {
     let pong = db.run_command(doc! { "ping": 1 }).await.expect("ping");
     assert_eq!(pong.get_f64("ok").ok(), Some(1.0));
     eprintln!(
-        "connect: emulator up after {up:?}, connected after {connected:?} ({:?} later)",
+        "connect: {} up after {up:?}, connected after {connected:?} ({:?} later)",
+        kind.name(),
         connected - up
     );
-    drop(emulator);
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,12 +174,12 @@ async fn a_saga_retries_its_saves_through_a_mongodb_outage_and_completes() {
 /// one CreateOrder sent during it: all complete, each charged and deducted
 /// once. `uri_options` are appended to every service's MongoDB URI.
 async fn saga_through_an_outage(uri_options: &str) {
-    if !on_the_emulator() {
+    let Some(kind) = test_server_kind() else {
         return;
-    }
-    let emulator = Emulator::start(0).await;
+    };
+    let mut server = start_server(kind, 0).await;
     let storage = Storage::Mongo {
-        uri: format!("{}{uri_options}", emulator.uri()),
+        uri: format!("{}{uri_options}", server.uri()),
         prefix: format!("outage_{}", uuid::Uuid::now_v7().simple()),
     };
     // Patient enough to retry the charge through the participant's and
@@ -306,7 +250,7 @@ async fn saga_through_an_outage(uri_options: &str) {
 
     let outage = Duration::from_millis(1_500);
     let outage_started = Instant::now();
-    emulator.outage(1_500).await;
+    server.outage(outage).await.expect("outage");
     // An order placed during the outage is either acknowledged (then it
     // must complete) or refused as UNAVAILABLE (then the client retries it).
     let third = orders
@@ -401,14 +345,14 @@ async fn saga_through_an_outage(uri_options: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
-    if !on_the_emulator() {
+    let Some(kind) = test_server_kind() else {
         return;
-    }
-    let emulator = Emulator::start(0).await;
+    };
+    let mut server = start_server(kind, 0).await;
     // Operations give up after 400 ms without a server (production: 5 s),
     // so a 2 s outage is seen rather than waited out.
     let storage = Storage::Mongo {
-        uri: format!("{}&serverSelectionTimeoutMS=400", emulator.uri()),
+        uri: format!("{}&serverSelectionTimeoutMS=400", server.uri()),
         prefix: format!("outage_{}", uuid::Uuid::now_v7().simple()),
     };
     let payment = start_participant(Service::Payment, storage, None).await;
@@ -428,7 +372,10 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
         .expect("deposit before the outage");
 
     let outage_started = Instant::now();
-    emulator.outage(2_000).await;
+    server
+        .outage(Duration::from_millis(2_000))
+        .await
+        .expect("outage");
     let during = client.get_account(account()).await;
     let answered_after = outage_started.elapsed();
     let status = during.expect_err("no MongoDB, no account");

@@ -1,216 +1,16 @@
-//! Reading the stopped services' stores directly (SQLite files read-only,
-//! or the MongoDB collections) and checking the invariants against what was
-//! seeded and what was ordered.
+//! The invariants of a soak, checked on the stopped stores ([`Snapshot`])
+//! against what was seeded and what was ordered: every saga terminal and
+//! not FAILED, every COMPLETED order charged and deducted exactly once,
+//! every CANCELLED order netting to zero, money and stock moved by exactly
+//! the COMPLETED orders, and no effect outside this run's sagas.
 
 use crate::drive::{Initial, OrderSpec};
-use bson::{Document, doc};
-use futures::TryStreamExt;
+use crate::snapshot::{DeductLine, Op, Snapshot};
 use orchestrator::saga::{Saga, SagaStatus, StepStatus};
-use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
-/// One operationHistory record (the fields the audit needs).
-#[derive(Debug, Clone)]
-pub struct Op {
-    pub request_id: String,
-    pub kind: String,
-    pub subject: String,
-    pub amount: i64,
-    pub status: String,
-}
-
-/// One row of inventory's deduct_lines.
-#[derive(Debug, Clone)]
-pub struct DeductLine {
-    pub line_index: i64,
-    pub product_id: String,
-    pub quantity: i64,
-    pub status: String,
-}
-
-/// Everything the audit reads.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    pub sagas: Vec<Saga>,
-    /// (request_id, kind) → record.
-    pub payment_ops: HashMap<(String, String), Op>,
-    pub inventory_ops: HashMap<(String, String), Op>,
-    /// request_id → lines.
-    pub deduct_lines: HashMap<String, Vec<DeductLine>>,
-    pub balances: BTreeMap<String, i64>,
-    pub stock: BTreeMap<String, i64>,
-}
-
-fn open(path: &Path) -> Result<Connection, String> {
-    Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| format!("open {} read-only: {e}", path.display()))
-}
-
-fn ops_sqlite(conn: &Connection) -> rusqlite::Result<HashMap<(String, String), Op>> {
-    let mut stmt =
-        conn.prepare("SELECT request_id, kind, subject, amount, status FROM operation_history")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(Op {
-            request_id: r.get(0)?,
-            kind: r.get(1)?,
-            subject: r.get(2)?,
-            amount: r.get(3)?,
-            status: r.get(4)?,
-        })
-    })?;
-    let mut out = HashMap::new();
-    for op in rows {
-        let op = op?;
-        out.insert((op.request_id.clone(), op.kind.clone()), op);
-    }
-    Ok(out)
-}
-
-fn pairs(conn: &Connection, sql: &str) -> rusqlite::Result<BTreeMap<String, i64>> {
-    let mut stmt = conn.prepare(sql)?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    rows.collect()
-}
-
-/// Reads the three embedded stores under `dirs` (payment, inventory,
-/// orchestrator data directories).
-pub fn read_sqlite(payment: &Path, inventory: &Path, sagas: &Path) -> Result<Snapshot, String> {
-    let e = |what: &str| {
-        let what = what.to_owned();
-        move |err: rusqlite::Error| format!("{what}: {err}")
-    };
-    let mut snap = Snapshot::default();
-    let pay = open(&payment.join("payment.db"))?;
-    snap.payment_ops = ops_sqlite(&pay).map_err(e("payment operation_history"))?;
-    snap.balances = pairs(&pay, "SELECT customer_id, balance_cents FROM accounts")
-        .map_err(e("payment accounts"))?;
-    let inv = open(&inventory.join("inventory.db"))?;
-    snap.inventory_ops = ops_sqlite(&inv).map_err(e("inventory operation_history"))?;
-    snap.stock = pairs(&inv, "SELECT product_id, available FROM products")
-        .map_err(e("inventory products"))?;
-    {
-        let mut stmt = inv
-            .prepare(
-                "SELECT request_id, line_index, product_id, quantity, status FROM deduct_lines",
-            )
-            .map_err(e("inventory deduct_lines"))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    DeductLine {
-                        line_index: r.get(1)?,
-                        product_id: r.get(2)?,
-                        quantity: r.get(3)?,
-                        status: r.get(4)?,
-                    },
-                ))
-            })
-            .map_err(e("inventory deduct_lines"))?;
-        for row in rows {
-            let (rid, line) = row.map_err(e("inventory deduct_lines"))?;
-            snap.deduct_lines.entry(rid).or_default().push(line);
-        }
-    }
-    let orch = open(&sagas.join("orchestrator.db"))?;
-    let mut stmt = orch
-        .prepare("SELECT saga_id, doc FROM sagas")
-        .map_err(e("orchestrator sagas"))?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-        .map_err(e("orchestrator sagas"))?;
-    for row in rows {
-        let (id, json) = row.map_err(e("orchestrator sagas"))?;
-        let saga: Saga =
-            serde_json::from_str(&json).map_err(|err| format!("saga {id}: bad doc: {err}"))?;
-        snap.sagas.push(saga);
-    }
-    Ok(snap)
-}
-
-fn int(d: &Document, f: &str) -> Result<i64, String> {
-    mongo_client::int64(d, f).ok_or_else(|| format!("document without integer {f}: {d}"))
-}
-
-fn text(d: &Document, f: &str) -> Result<String, String> {
-    d.get_str(f)
-        .map(str::to_owned)
-        .map_err(|_| format!("document without string {f}: {d}"))
-}
-
-async fn all(db: &mongodb::Database, collection: &str) -> Result<Vec<Document>, String> {
-    db.collection::<Document>(collection)
-        .find(doc! {})
-        .await
-        .map_err(|e| format!("{}.{collection}: {e}", db.name()))?
-        .try_collect()
-        .await
-        .map_err(|e| format!("{}.{collection}: {e}", db.name()))
-}
-
-async fn ops_mongo(db: &mongodb::Database) -> Result<HashMap<(String, String), Op>, String> {
-    let mut out = HashMap::new();
-    for d in all(db, participant_kit::mongo::COLLECTION).await? {
-        let op = Op {
-            request_id: text(&d, "request_id")?,
-            kind: text(&d, "kind")?,
-            subject: text(&d, "subject")?,
-            amount: int(&d, "amount")?,
-            status: text(&d, "status")?,
-        };
-        out.insert((op.request_id.clone(), op.kind.clone()), op);
-    }
-    Ok(out)
-}
-
-/// Reads the three MongoDB databases.
-pub async fn read_mongo(
-    uri: &str,
-    payment: &str,
-    inventory: &str,
-    sagas: &str,
-) -> Result<Snapshot, String> {
-    let client = mongodb::Client::with_uri_str(uri)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let mut snap = Snapshot::default();
-    let pay = client.database(payment);
-    snap.payment_ops = ops_mongo(&pay).await?;
-    for d in all(&pay, "accounts").await? {
-        snap.balances
-            .insert(text(&d, "_id")?, int(&d, "balance_cents")?);
-    }
-    let inv = client.database(inventory);
-    snap.inventory_ops = ops_mongo(&inv).await?;
-    for d in all(&inv, "products").await? {
-        snap.stock.insert(text(&d, "_id")?, int(&d, "available")?);
-    }
-    for d in all(&inv, "deduct_lines").await? {
-        snap.deduct_lines
-            .entry(text(&d, "request_id")?)
-            .or_default()
-            .push(DeductLine {
-                line_index: int(&d, "line_index")?,
-                product_id: text(&d, "product_id")?,
-                quantity: int(&d, "quantity")?,
-                status: text(&d, "status")?,
-            });
-    }
-    let orch = client.database(sagas);
-    for d in all(&orch, "sagas").await? {
-        let body = d
-            .get_document("saga")
-            .map_err(|e| format!("saga document without body: {e}"))?;
-        let saga: Saga = bson::from_document(body.clone())
-            .map_err(|e| format!("saga {:?}: bad body: {e}", d.get("_id")))?;
-        snap.sagas.push(saga);
-    }
-    Ok(snap)
-}
+/// Accepted orders: index → (spec, saga id).
+type Orders = BTreeMap<usize, (OrderSpec, String)>;
 
 /// One checked invariant: its name and the offending cases (empty = pass).
 #[derive(Debug)]
@@ -283,25 +83,110 @@ impl Effect {
     }
 }
 
-fn status_name(s: SagaStatus) -> &'static str {
-    s.as_str()
+impl Effect {
+    /// The history records of saga `saga_id`'s two steps.
+    fn of(snap: &Snapshot, saga_id: &str) -> Effect {
+        let pay = format!("{saga_id}:payment");
+        let inv = format!("{saga_id}:inventory");
+        let get = |m: &HashMap<(String, String), Op>, rid: &str, kind: &str| {
+            m.get(&(rid.to_owned(), kind.to_owned())).cloned()
+        };
+        let mut lines = snap.deduct_lines.get(&inv).cloned().unwrap_or_default();
+        lines.sort_by_key(|l| l.line_index);
+        Effect {
+            charge: get(&snap.payment_ops, &pay, "charge"),
+            refund: get(&snap.payment_ops, &pay, "refund"),
+            deduct: get(&snap.inventory_ops, &inv, "deduct"),
+            restock: get(&snap.inventory_ops, &inv, "restock"),
+            lines,
+        }
+    }
+
+    /// What is wrong with it for a COMPLETED `spec` (empty: nothing).
+    fn completed_problems(&self, spec: &OrderSpec) -> Vec<&'static str> {
+        let mut bad = Vec::new();
+        if !self.charged() {
+            bad.push("no effective charge");
+        } else if self
+            .charge
+            .as_ref()
+            .is_some_and(|c| c.amount != spec.total_cents || c.subject != spec.customer_id)
+        {
+            bad.push("charge amount/customer differs from the order");
+        }
+        if !self.deducted() {
+            bad.push("no effective deduction");
+        }
+        let lines_ok = self.lines.len() == spec.items.len()
+            && self.lines_deducted() == spec.items.len()
+            && self
+                .lines
+                .iter()
+                .zip(&spec.items)
+                .all(|(l, (p, q, _))| l.product_id == *p && l.quantity == *q);
+        if !lines_ok {
+            bad.push("deducted lines differ from the order");
+        }
+        bad
+    }
 }
 
 /// Checks every invariant; returns the findings (one per invariant) and
 /// the figures.
-pub fn check(
-    snap: &Snapshot,
-    orders: &BTreeMap<usize, (OrderSpec, String)>,
-    initial: &Initial,
-) -> (Vec<Finding>, Figures) {
-    let mut figures = Figures::default();
-    let by_request: HashMap<&str, &Saga> = snap
-        .sagas
-        .iter()
-        .map(|s| (s.request_id.as_str(), s))
-        .collect();
+pub fn check(snap: &Snapshot, orders: &Orders, initial: &Initial) -> (Vec<Finding>, Figures) {
     let by_id: HashMap<&str, &Saga> = snap.sagas.iter().map(|s| (s.saga_id.as_str(), s)).collect();
+    let settled = Settlement::of(snap, orders, &by_id);
+    let findings = vec![
+        Finding::new(
+            "every saga COMPLETED or CANCELLED in the store (none FAILED, none missing)",
+            terminal(snap, orders),
+        ),
+        Finding::new(
+            "every COMPLETED order: exactly one effective charge and one effective deduction",
+            settled.completed,
+        ),
+        Finding::new("every CANCELLED order nets to zero", settled.cancelled),
+        Finding::new(
+            "money: initial − final balance = Σ COMPLETED totals, per customer",
+            moved(
+                &initial.balances,
+                &snap.balances,
+                &settled.spent,
+                |n| format!("COMPLETED orders total {n}"),
+                "account missing",
+            ),
+        ),
+        Finding::new(
+            "stock: initial − final = Σ COMPLETED quantities, per product",
+            moved(
+                &initial.stock,
+                &snap.stock,
+                &settled.taken,
+                |n| format!("COMPLETED orders hold {n} units"),
+                "product missing",
+            ),
+        ),
+        Finding::new(
+            "no charge/refund/deduct/restock outside this run's sagas",
+            orphans(snap, &by_id),
+        ),
+    ];
+    (findings, figures(snap))
+}
 
+impl Finding {
+    fn new(name: &str, problems: Vec<String>) -> Finding {
+        Finding {
+            name: name.to_owned(),
+            problems,
+        }
+    }
+}
+
+/// Outcome counts, retries, compensations and durations of the stored
+/// sagas.
+fn figures(snap: &Snapshot) -> Figures {
+    let mut figures = Figures::default();
     for s in &snap.sagas {
         match s.status {
             SagaStatus::Completed => figures.completed += 1,
@@ -326,155 +211,150 @@ pub fn check(
             figures.durations_ms.push(s.updated_at_ms - s.created_at_ms);
         }
     }
+    figures
+}
 
-    // 1. Every order the tool created has its saga, terminal and not FAILED.
-    let mut terminal = Vec::new();
+/// Every order the tool created has its saga, terminal and not FAILED,
+/// holding the order that was sent; and the store holds no other saga.
+fn terminal(snap: &Snapshot, orders: &Orders) -> Vec<String> {
+    let by_request: HashMap<&str, &Saga> = snap
+        .sagas
+        .iter()
+        .map(|s| (s.request_id.as_str(), s))
+        .collect();
+    let mut problems = Vec::new();
     for (spec, saga_id) in orders.values() {
         match by_request.get(spec.request_id.as_str()) {
-            None => terminal.push(format!("{}: no saga in the store", spec.request_id)),
-            Some(s) if s.saga_id != *saga_id => terminal.push(format!(
+            None => problems.push(format!("{}: no saga in the store", spec.request_id)),
+            Some(s) if s.saga_id != *saga_id => problems.push(format!(
                 "{}: CreateOrder answered saga {saga_id}, the store holds {}",
                 spec.request_id, s.saga_id
             )),
             Some(s) if !matches!(s.status, SagaStatus::Completed | SagaStatus::Cancelled) => {
-                terminal.push(format!(
+                problems.push(format!(
                     "{} saga {}: {} ({}) steps: {}",
                     spec.request_id,
                     s.saga_id,
-                    status_name(s.status).to_uppercase(),
+                    s.status.as_str().to_uppercase(),
                     s.reason.as_deref().unwrap_or(""),
                     steps(s)
                 ))
             }
-            Some(s) => {
-                let o = &s.order;
-                let same = o.customer_id == spec.customer_id
-                    && o.total_cents == spec.total_cents
-                    && o.items.len() == spec.items.len()
-                    && o.items.iter().zip(&spec.items).all(|(a, (p, q, c))| {
-                        a.product_id == *p && a.quantity == *q && a.unit_price_cents == *c
-                    });
-                if !same {
-                    terminal.push(format!(
-                        "{} saga {}: stored order differs from the one sent",
-                        spec.request_id, s.saga_id
-                    ));
-                }
-            }
+            Some(s) if !same_order(s, spec) => problems.push(format!(
+                "{} saga {}: stored order differs from the one sent",
+                spec.request_id, s.saga_id
+            )),
+            Some(_) => {}
         }
     }
     if snap.sagas.len() != orders.len() {
-        terminal.push(format!(
+        problems.push(format!(
             "the store holds {} sagas, the tool created {}",
             snap.sagas.len(),
             orders.len()
         ));
     }
+    problems
+}
 
-    // 2./3. Effects per saga.
-    let mut completed_effects = Vec::new();
-    let mut cancelled_effects = Vec::new();
-    let mut spent: BTreeMap<String, i64> = BTreeMap::new();
-    let mut taken: BTreeMap<String, i64> = BTreeMap::new();
-    for (spec, saga_id) in orders.values() {
-        let Some(s) = by_id.get(saga_id.as_str()) else {
-            continue;
+/// Whether the stored saga holds the order that was sent.
+fn same_order(s: &Saga, spec: &OrderSpec) -> bool {
+    let o = &s.order;
+    o.customer_id == spec.customer_id
+        && o.total_cents == spec.total_cents
+        && o.items.len() == spec.items.len()
+        && o.items.iter().zip(&spec.items).all(|(a, (p, q, c))| {
+            a.product_id == *p && a.quantity == *q && a.unit_price_cents == *c
+        })
+}
+
+/// What the terminal sagas did to the participants.
+struct Settlement {
+    /// COMPLETED orders without exactly one effective charge and deduction.
+    completed: Vec<String>,
+    /// CANCELLED orders that left an effect behind.
+    cancelled: Vec<String>,
+    /// Customer → cents the COMPLETED orders should have taken.
+    spent: BTreeMap<String, i64>,
+    /// Product → units the COMPLETED orders should have taken.
+    taken: BTreeMap<String, i64>,
+}
+
+impl Settlement {
+    fn of(snap: &Snapshot, orders: &Orders, by_id: &HashMap<&str, &Saga>) -> Settlement {
+        let mut out = Settlement {
+            completed: Vec::new(),
+            cancelled: Vec::new(),
+            spent: BTreeMap::new(),
+            taken: BTreeMap::new(),
         };
-        let pay = format!("{saga_id}:payment");
-        let inv = format!("{saga_id}:inventory");
-        let get = |m: &HashMap<(String, String), Op>, rid: &str, kind: &str| {
-            m.get(&(rid.to_owned(), kind.to_owned())).cloned()
-        };
-        let mut lines = snap.deduct_lines.get(&inv).cloned().unwrap_or_default();
-        lines.sort_by_key(|l| l.line_index);
-        let fx = Effect {
-            charge: get(&snap.payment_ops, &pay, "charge"),
-            refund: get(&snap.payment_ops, &pay, "refund"),
-            deduct: get(&snap.inventory_ops, &inv, "deduct"),
-            restock: get(&snap.inventory_ops, &inv, "restock"),
-            lines,
-        };
-        match s.status {
-            SagaStatus::Completed => {
-                let mut bad = Vec::new();
-                if !fx.charged() {
-                    bad.push("no effective charge");
-                } else if fx
-                    .charge
-                    .as_ref()
-                    .is_some_and(|c| c.amount != spec.total_cents || c.subject != spec.customer_id)
+        for (spec, saga_id) in orders.values() {
+            let Some(s) = by_id.get(saga_id.as_str()) else {
+                continue;
+            };
+            let fx = Effect::of(snap, saga_id);
+            match s.status {
+                SagaStatus::Completed => {
+                    let bad = fx.completed_problems(spec);
+                    if !bad.is_empty() {
+                        out.completed.push(format!(
+                            "saga {saga_id} ({}): {}; {}\n{}",
+                            spec.request_id,
+                            bad.join(", "),
+                            fx.describe(),
+                            history(s)
+                        ));
+                    }
+                    *out.spent.entry(spec.customer_id.clone()).or_default() += spec.total_cents;
+                    for (p, q, _) in &spec.items {
+                        *out.taken.entry(p.clone()).or_default() += q;
+                    }
+                }
+                SagaStatus::Cancelled
+                    if fx.charged() || fx.deducted() || fx.lines_deducted() > 0 =>
                 {
-                    bad.push("charge amount/customer differs from the order");
-                }
-                if !fx.deducted() {
-                    bad.push("no effective deduction");
-                }
-                let lines_ok = fx.lines.len() == spec.items.len()
-                    && fx.lines_deducted() == spec.items.len()
-                    && fx
-                        .lines
-                        .iter()
-                        .zip(&spec.items)
-                        .all(|(l, (p, q, _))| l.product_id == *p && l.quantity == *q);
-                if !lines_ok {
-                    bad.push("deducted lines differ from the order");
-                }
-                if !bad.is_empty() {
-                    completed_effects.push(format!(
-                        "saga {saga_id} ({}): {}; {}\n{}",
+                    out.cancelled.push(format!(
+                        "saga {saga_id} ({}): does not net to zero; {}\n{}",
                         spec.request_id,
-                        bad.join(", "),
                         fx.describe(),
                         history(s)
                     ));
                 }
-                *spent.entry(spec.customer_id.clone()).or_default() += spec.total_cents;
-                for (p, q, _) in &spec.items {
-                    *taken.entry(p.clone()).or_default() += q;
-                }
+                _ => {}
             }
-            SagaStatus::Cancelled if fx.charged() || fx.deducted() || fx.lines_deducted() > 0 => {
-                cancelled_effects.push(format!(
-                    "saga {saga_id} ({}): does not net to zero; {}\n{}",
-                    spec.request_id,
-                    fx.describe(),
-                    history(s)
-                ));
-            }
-            _ => {}
         }
+        out
     }
+}
 
-    // 4. Money per customer and stock per product.
-    let mut money = Vec::new();
-    for (c, start) in &initial.balances {
-        let end = snap.balances.get(c).copied();
-        let expected = spent.get(c).copied().unwrap_or(0);
-        match end {
-            Some(end) if start - end == expected => {}
-            Some(end) => money.push(format!(
-                "{c}: initial {start} − final {end} = {} but COMPLETED orders total {expected}",
-                start - end
+/// Per key (customer or product): initial − final = expected. `what`
+/// words the expectation, `missing` a key absent at the end.
+fn moved(
+    initial: &BTreeMap<String, i64>,
+    now: &BTreeMap<String, i64>,
+    expected: &BTreeMap<String, i64>,
+    what: impl Fn(i64) -> String,
+    missing: &str,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (key, start) in initial {
+        let want = expected.get(key).copied().unwrap_or(0);
+        match now.get(key).copied() {
+            Some(end) if start - end == want => {}
+            Some(end) => problems.push(format!(
+                "{key}: initial {start} − final {end} = {} but {}",
+                start - end,
+                what(want)
             )),
-            None => money.push(format!("{c}: account missing")),
+            None => problems.push(format!("{key}: {missing}")),
         }
     }
-    let mut stock = Vec::new();
-    for (p, start) in &initial.stock {
-        let end = snap.stock.get(p).copied();
-        let expected = taken.get(p).copied().unwrap_or(0);
-        match end {
-            Some(end) if start - end == expected => {}
-            Some(end) => stock.push(format!(
-                "{p}: initial {start} − final {end} = {} but COMPLETED orders hold {expected} units",
-                start - end
-            )),
-            None => stock.push(format!("{p}: product missing")),
-        }
-    }
+    problems
+}
 
-    // 5. No saga-step operation that belongs to no saga of this run.
-    let mut orphans = Vec::new();
+/// Saga-step operations that belong to no saga of this run.
+fn orphans(snap: &Snapshot, by_id: &HashMap<&str, &Saga>) -> Vec<String> {
+    let mut problems = Vec::new();
     for (ops, suffix) in [
         (&snap.payment_ops, ":payment"),
         (&snap.inventory_ops, ":inventory"),
@@ -485,43 +365,14 @@ pub fn check(
             }
             let owner = op.request_id.strip_suffix(suffix);
             if !owner.is_some_and(|id| by_id.contains_key(id)) {
-                orphans.push(format!(
+                problems.push(format!(
                     "{} {} {} ({})",
                     op.kind, op.request_id, op.status, op.subject
                 ));
             }
         }
     }
-
-    let findings = vec![
-        Finding {
-            name: "every saga COMPLETED or CANCELLED in the store (none FAILED, none missing)"
-                .into(),
-            problems: terminal,
-        },
-        Finding {
-            name: "every COMPLETED order: exactly one effective charge and one effective deduction"
-                .into(),
-            problems: completed_effects,
-        },
-        Finding {
-            name: "every CANCELLED order nets to zero".into(),
-            problems: cancelled_effects,
-        },
-        Finding {
-            name: "money: initial − final balance = Σ COMPLETED totals, per customer".into(),
-            problems: money,
-        },
-        Finding {
-            name: "stock: initial − final = Σ COMPLETED quantities, per product".into(),
-            problems: stock,
-        },
-        Finding {
-            name: "no charge/refund/deduct/restock outside this run's sagas".into(),
-            problems: orphans,
-        },
-    ];
-    (findings, figures)
+    problems
 }
 
 /// A saga's steps in one line.

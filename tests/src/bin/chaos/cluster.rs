@@ -1,16 +1,18 @@
-//! The three services as real child processes: spawn, SIGKILL, restart on
-//! the same port and data, stop gracefully with SIGTERM. Every child is
-//! killed when its [`Proc`] is dropped (also on panic or timeout) and, on
-//! Linux, when this process dies (`PR_SET_PDEATHSIG`).
+//! One service as a real child process: spawn, SIGKILL, restart on the
+//! same port and data, stop gracefully with SIGTERM. Every child is killed
+//! when its [`Proc`] is dropped (also on panic or timeout) and, on Linux,
+//! when this process dies ([`saga_tests::process::spawn_tied`]).
 
+use crate::faults::FaultCounts;
 use saga_proto::faults::v1 as faults;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::saga::v1 as saga;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
-use std::fs::{File, OpenOptions};
+use saga_tests::process;
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +27,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// Its binary's name, also its name in the output.
     pub fn binary(self) -> &'static str {
         match self {
             Role::Payment => "payment-svc",
@@ -38,33 +41,6 @@ impl Role {
             Role::Payment => 1,
             Role::Inventory => 2,
             Role::Orchestrator => 3,
-        }
-    }
-}
-
-/// Injected-fault counters of one participant (summed over its lives).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultCounts {
-    pub transient_errors: u64,
-    pub dropped_replies: u64,
-    pub refusals: u64,
-    pub delayed_calls: u64,
-}
-
-impl FaultCounts {
-    pub fn add(&mut self, s: &faults::FaultStatus) {
-        self.transient_errors += s.transient_errors;
-        self.dropped_replies += s.dropped_replies;
-        self.refusals += s.refusals;
-        self.delayed_calls += s.delayed_calls;
-    }
-
-    pub fn plus(self, o: FaultCounts) -> FaultCounts {
-        FaultCounts {
-            transient_errors: self.transient_errors + o.transient_errors,
-            dropped_replies: self.dropped_replies + o.dropped_replies,
-            refusals: self.refusals + o.refusals,
-            delayed_calls: self.delayed_calls + o.delayed_calls,
         }
     }
 }
@@ -103,6 +79,9 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// A service of `role` run from `bin` with `args` and `env` (nothing
+    /// else of our environment but PATH), listening on `addr`, logging to
+    /// `log`; not started yet. `seed` seeds each life's fault sequence.
     pub fn new(
         role: Role,
         bin: PathBuf,
@@ -126,10 +105,12 @@ impl Proc {
         }
     }
 
+    /// Its name in the output (its binary's).
     pub fn name(&self) -> &'static str {
         self.role.binary()
     }
 
+    /// Its pid while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
@@ -172,10 +153,8 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err));
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", self.bin.display()))?;
+        let child =
+            process::spawn_tied(cmd).map_err(|e| format!("spawn {}: {e}", self.bin.display()))?;
         self.child = Some(child);
         Ok(())
     }
@@ -218,33 +197,24 @@ impl Proc {
         }
     }
 
-    /// SIGTERM, then waits up to `grace` for a clean exit (SIGKILL after).
+    /// SIGTERM, then waits up to `grace` for a clean exit (SIGKILL after,
+    /// which is an error).
     pub async fn terminate(&mut self, grace: Duration) -> Result<ExitStatus, String> {
         let Some(mut child) = self.child.take() else {
             return Err(format!("{} is not running", self.name()));
         };
-        let pid = libc::pid_t::try_from(child.id()).map_err(|e| e.to_string())?;
-        // SAFETY: kill(2) on the pid of our own unreaped child.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
+        let stopped = tokio::task::spawn_blocking(move || process::stop(&mut child, grace))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .map_err(|e| format!("stopping {}: {e}", self.name()))?;
+        if stopped.killed {
+            return Err(format!(
+                "{} did not exit within {grace:?} of SIGTERM (killed)",
+                self.name()
+            ));
         }
-        let until = Instant::now() + grace;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return Ok(status),
-                Ok(None) if Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(20)).await
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "{} did not exit within {grace:?} of SIGTERM (killed)",
-                        self.name()
-                    ));
-                }
-            }
-        }
+        Ok(stopped.status)
     }
 
     /// Waits until the service answers a call, or fails if it exits or
@@ -317,91 +287,11 @@ impl Drop for Proc {
     }
 }
 
-/// The child gets SIGKILL when this process dies, so a chaos run that is
-/// itself killed leaves no services behind.
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            #[cfg(target_os = "linux")]
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-}
-
-/// The last `n` lines of a log file.
+/// The last `n` lines of a log file, indented under a message.
 pub fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..]
+    process::log_tail(path, n)
         .iter()
         .map(|l| format!("    | {l}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The MongoDB wire-protocol emulator (`scripts/mongo-emulator.sh`); it
-/// exits when its stdin closes, and is killed when dropped.
-pub struct Emulator {
-    child: Child,
-    _stdin: Option<std::process::ChildStdin>,
-    pub port: u16,
-}
-
-impl Emulator {
-    pub fn start(script: &Path, log: &Path) -> Result<Emulator, String> {
-        use std::io::{BufRead, BufReader};
-        let err = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let mut cmd = Command::new("bash");
-        cmd.arg(script)
-            .args(["--port", "0"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(err));
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        let stdout = child.stdout.take().ok_or("no emulator stdout")?;
-        let stdin = child.stdin.take();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if !sent && let Some(port) = line.strip_prefix("READY ") {
-                    let _ = tx.send(port.trim().parse::<u16>().ok());
-                    sent = true;
-                }
-            }
-            if !sent {
-                let _ = tx.send(None);
-            }
-        });
-        let mut emulator = Emulator {
-            child,
-            _stdin: stdin,
-            port: 0,
-        };
-        match rx.recv_timeout(Duration::from_secs(300)) {
-            Ok(Some(port)) => {
-                emulator.port = port;
-                Ok(emulator)
-            }
-            _ => Err(format!(
-                "the MongoDB emulator did not print READY <port>; log: {}\n{}",
-                log.display(),
-                tail(log, 15)
-            )),
-        }
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

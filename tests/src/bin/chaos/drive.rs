@@ -19,15 +19,19 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 use tonic::transport::Channel;
 
+/// Customers the orders are spread over.
 pub const CUSTOMERS: usize = 20;
 /// Longest a worker waits for one saga before moving on.
 const SAGA_WAIT: Duration = Duration::from_secs(30);
+/// Products the orders are spread over.
 pub const PRODUCTS: usize = 10;
 
+/// Customer `i`'s id.
 pub fn customer(i: usize) -> String {
     format!("chaos-customer-{i:02}")
 }
 
+/// Product `i`'s id.
 pub fn product(i: usize) -> String {
     format!("chaos-sku-{i:02}")
 }
@@ -90,62 +94,61 @@ pub async fn seed(
     let p = PaymentServiceClient::new(payments);
     let s = InventoryServiceClient::new(stock);
     for (c, cents) in &initial.balances {
-        let req = payment::DepositRequest {
+        let deposit = payment::DepositRequest {
             request_id: format!("chaos-{tag}-deposit-{c}"),
             customer_id: c.clone(),
             amount_cents: *cents,
         };
+        let account = payment::GetAccountRequest {
+            customer_id: c.clone(),
+            operation_limit: 1,
+        };
         retry("Deposit", || {
-            let (mut p, req) = (p.clone(), req.clone());
+            let (mut p, req) = (p.clone(), deposit.clone());
             async move { p.deposit(req).await }
         })
         .await?;
-        let got = retry("GetAccount", || {
-            let mut p = p.clone();
-            let req = payment::GetAccountRequest {
-                customer_id: c.clone(),
-                operation_limit: 1,
-            };
-            async move { p.get_account(req).await }
+        let held = retry("GetAccount", || {
+            let (mut p, req) = (p.clone(), account.clone());
+            async move { Ok(p.get_account(req).await?.into_inner().balance_cents) }
         })
-        .await?
-        .into_inner();
-        if got.balance_cents != *cents {
-            return Err(format!(
-                "seeded {c} with {cents} cents but it holds {}",
-                got.balance_cents
-            ));
-        }
+        .await?;
+        confirm(c, *cents, held, "cents")?;
     }
     for (sku, units) in &initial.stock {
-        let req = inventory::AddStockRequest {
+        let add = inventory::AddStockRequest {
             request_id: format!("chaos-{tag}-stock-{sku}"),
             product_id: sku.clone(),
             quantity: *units,
         };
+        let product = inventory::GetProductRequest {
+            product_id: sku.clone(),
+            operation_limit: 1,
+        };
         retry("AddStock", || {
-            let (mut s, req) = (s.clone(), req.clone());
+            let (mut s, req) = (s.clone(), add.clone());
             async move { s.add_stock(req).await }
         })
         .await?;
-        let got = retry("GetProduct", || {
-            let mut s = s.clone();
-            let req = inventory::GetProductRequest {
-                product_id: sku.clone(),
-                operation_limit: 1,
-            };
-            async move { s.get_product(req).await }
+        let held = retry("GetProduct", || {
+            let (mut s, req) = (s.clone(), product.clone());
+            async move { Ok(s.get_product(req).await?.into_inner().available) }
         })
-        .await?
-        .into_inner();
-        if got.available != *units {
-            return Err(format!(
-                "seeded {sku} with {units} units but it holds {}",
-                got.available
-            ));
-        }
+        .await?;
+        confirm(sku, *units, held, "units")?;
     }
     Ok(())
+}
+
+/// A seeded amount read back must be the one seeded.
+fn confirm(what: &str, seeded: i64, held: i64, unit: &str) -> Result<(), String> {
+    if held == seeded {
+        Ok(())
+    } else {
+        Err(format!(
+            "seeded {what} with {seeded} {unit} but it holds {held}"
+        ))
+    }
 }
 
 /// One order the tool created.

@@ -1,4 +1,5 @@
-//! Memory and CPU time of the watched processes, from `/proc`.
+//! Memory and CPU time of the watched processes, read from `/proc`: the
+//! report puts the services' cost beside their throughput.
 
 /// A process whose resources are reported.
 #[derive(Clone, Debug)]
@@ -40,6 +41,7 @@ pub struct Memory {
     pub peak_mb: f64,
 }
 
+/// `pid`'s memory now (None once it is gone).
 pub fn memory(pid: u32) -> Option<Memory> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| -> Option<f64> {

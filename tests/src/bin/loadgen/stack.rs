@@ -1,22 +1,28 @@
 //! `--spawn`: the real `orchestrator`, `payment-svc` and `inventory-svc`
 //! binaries (found next to the loadgen executable) as child processes on free
 //! 127.0.0.1 ports, with their data in a fresh temp dir or in fresh MongoDB
-//! databases. Dropping the [`Stack`] stops every child.
+//! databases (on `MONGODB_URI`, else on a MongoDB test server it starts).
+//! Dropping the [`Stack`] stops every child, the services first.
 
+use crate::plan::Urls;
+use crate::procs::Watched;
+use saga_tests::mongo_server::{self, MongoServer, ServerKind, ServerOptions};
+use saga_tests::process;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tonic::transport::Endpoint;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-/// The service binaries, in start order of the participants.
+/// The service binaries, in report order.
 pub const BINARIES: [&str; 3] = ["orchestrator", "payment-svc", "inventory-svc"];
+
+/// How long a service gets to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// How to start the stack.
 #[derive(Clone, Debug)]
@@ -33,20 +39,11 @@ pub struct SpawnConfig {
     pub admin_token: Option<String>,
 }
 
-/// One child process.
+/// One service process.
 pub struct Proc {
     pub name: &'static str,
     pub child: Child,
     pub log: PathBuf,
-    /// Held open so the MongoDB emulator (which exits when its stdin closes)
-    /// lives exactly as long as the stack.
-    stdin: Option<ChildStdin>,
-}
-
-impl Proc {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
 }
 
 /// The running stack; dropping it stops every child (SIGTERM, then SIGKILL).
@@ -54,10 +51,12 @@ pub struct Stack {
     pub orchestrator: String,
     pub payment: String,
     pub inventory: String,
-    /// Services first (orchestrator, payment-svc, inventory-svc), then the
-    /// MongoDB emulator if one was started.
+    /// orchestrator, payment-svc, inventory-svc.
     pub procs: Vec<Proc>,
-    /// "embedded (SQLite)", "emulated MongoDB ..." or "MongoDB at ...".
+    /// The MongoDB test server, if the stack started one; stopped after the
+    /// services (it is dropped after [`Stack::drop`] ran).
+    mongo: Option<MongoServer>,
+    /// "embedded (SQLite)", the test server's label or "MongoDB at ...".
     pub store_label: String,
     dir: Option<tempfile::TempDir>,
     pub dir_path: PathBuf,
@@ -89,8 +88,8 @@ pub fn check_binaries(dir: &Path) -> Result<(), String> {
     }
 }
 
-/// A port that was free a moment ago. All three are reserved at once so
-/// they differ; the tiny window before the service binds is accepted.
+/// A port that was free a moment ago. All are reserved at once so they
+/// differ; the tiny window before the service binds is accepted.
 fn free_ports(n: usize) -> Result<Vec<u16>, String> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind(("127.0.0.1", 0)).map_err(|e| format!("reserving a port: {e}")))
@@ -105,12 +104,6 @@ fn free_ports(n: usize) -> Result<Vec<u16>, String> {
         .collect()
 }
 
-fn mongo_script() -> Option<PathBuf> {
-    let compiled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/mongo-emulator.sh");
-    let beside = default_bin_dir().join("../../scripts/mongo-emulator.sh");
-    [compiled, beside].into_iter().find(|p| p.is_file())
-}
-
 /// Whether `bin --help` mentions `flag`.
 fn supports_flag(bin: &Path, flag: &str) -> bool {
     Command::new(bin)
@@ -123,17 +116,15 @@ fn supports_flag(bin: &Path, flag: &str) -> bool {
 
 /// The last `n` lines of a log file, for error messages.
 pub fn log_tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    if text.trim().is_empty() {
+    let lines = process::log_tail(path, n);
+    if lines.iter().all(|l| l.trim().is_empty()) {
         return "(empty)".to_owned();
     }
-    let lines: Vec<&str> = text.lines().collect();
-    let from = lines.len().saturating_sub(n);
-    lines[from..].join("\n")
+    lines.join("\n")
 }
 
 /// Number of lines in a log file.
-pub fn log_lines(path: &Path) -> usize {
+fn log_lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|t| t.lines().count())
         .unwrap_or(0)
@@ -145,20 +136,6 @@ fn log_file(path: &Path) -> Result<(Stdio, Stdio), String> {
         .try_clone()
         .map_err(|e| format!("cloning {}: {e}", path.display()))?;
     Ok((Stdio::from(file), Stdio::from(second)))
-}
-
-/// Ties a child to this process: it gets SIGKILL if the thread that
-/// spawned it dies. Children are spawned from the thread running the
-/// runtime's `block_on` (the main thread), which lives as long as the
-/// process, so this only fires when loadgen itself is killed.
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
 }
 
 impl Stack {
@@ -183,135 +160,82 @@ impl Stack {
             payment: url(ports[1]),
             inventory: url(ports[2]),
             procs: Vec::new(),
+            mongo: None,
             store_label: "embedded (SQLite)".to_owned(),
             dir: Some(dir),
-            dir_path: dir_path.clone(),
+            dir_path,
         };
-
-        // MongoDB: MONGODB_URI when set, else the wire-protocol emulator.
         let mongo_uri = if config.mongo {
-            match std::env::var("MONGODB_URI") {
-                Ok(uri) if !uri.is_empty() => {
-                    stack.store_label = format!("MongoDB at {}", mongo_client::redact(&uri));
-                    Some(uri)
-                }
-                _ => {
-                    let log = dir_path.join("mongo-emulator.log");
-                    let (emulator, port) =
-                        tokio::task::spawn_blocking(move || start_emulator(&log))
-                            .await
-                            .map_err(|e| format!("starting the MongoDB emulator: {e}"))??;
-                    stack.procs.push(emulator);
-                    stack.store_label =
-                        "emulated MongoDB (scripts/mongo-emulator.sh: mockupdb + mongomock, not a real server)"
-                            .to_owned();
-                    Some(format!("mongodb://127.0.0.1:{port}/?directConnection=true"))
-                }
-            }
+            Some(stack.open_mongo().await?)
         } else {
             None
         };
-
-        let service = |name: &'static str, port: u16, metrics: u16| -> Result<Command, String> {
-            let mut cmd = Command::new(config.bin_dir.join(name));
-            let data = dir_path.join(name);
-            std::fs::create_dir_all(&data)
-                .map_err(|e| format!("creating {}: {e}", data.display()))?;
-            cmd.arg("--listen")
-                .arg(SocketAddr::from(([127, 0, 0, 1], port)).to_string())
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--durability")
-                .arg(config.durability)
-                .env("RUST_LOG", "warn")
-                .env("NO_METRICS", "true")
-                .env_remove("MONGODB_URI")
-                .stdin(Stdio::null());
-            // Nothing from the caller's environment may change the set-up
-            // (fault injection, other addresses, databases).
-            for (key, _) in std::env::vars_os() {
-                let key = key.to_string_lossy().into_owned();
-                if key.starts_with("FAULT_")
-                    || key.starts_with("TLS_")
-                    || key.ends_with("_MONGODB_DATABASE")
-                    || key.ends_with("_LISTEN")
-                    || key.ends_with("_ADDR")
-                    || key.ends_with("_DATA_DIR")
-                {
-                    cmd.env_remove(key);
-                }
-            }
-            match &config.admin_token {
-                Some(token) => cmd.env("ADMIN_TOKEN", token),
-                None => cmd.env_remove("ADMIN_TOKEN"),
-            };
-            if let Some(uri) = &mongo_uri {
-                let short = name.trim_end_matches("-svc");
-                cmd.arg("--mongodb-uri")
-                    .arg(uri)
-                    .arg("--mongodb-database")
-                    .arg(format!("{}_{short}", config.run.replace('-', "_")));
-            }
-            // Newer services serve Prometheus metrics on a fixed default
-            // port: give each a free one so runs never collide.
-            if supports_flag(&config.bin_dir.join(name), "--metrics-listen") {
-                cmd.arg("--metrics-listen")
-                    .arg(SocketAddr::from(([127, 0, 0, 1], metrics)).to_string());
-            }
-            die_with_parent(&mut cmd);
-            Ok(cmd)
-        };
-
         let deadline = Instant::now() + ready_within;
-        let mut payment = service("payment-svc", ports[1], ports[4])?;
-        stack.spawn("payment-svc", &mut payment)?;
-        let mut inventory = service("inventory-svc", ports[2], ports[5])?;
-        stack.spawn("inventory-svc", &mut inventory)?;
-        stack
-            .wait_ready("payment-svc", &stack.payment.clone(), deadline)
-            .await?;
-        stack
-            .wait_ready("inventory-svc", &stack.inventory.clone(), deadline)
-            .await?;
+        let data_dir = stack.dir_path.clone();
+        let service = |name, port, metrics| {
+            service_command(config, &data_dir, mongo_uri.as_deref(), name, port, metrics)
+        };
+        stack.spawn("payment-svc", service("payment-svc", ports[1], ports[4])?)?;
+        stack.spawn(
+            "inventory-svc",
+            service("inventory-svc", ports[2], ports[5])?,
+        )?;
+        stack.wait_ready("payment-svc", deadline).await?;
+        stack.wait_ready("inventory-svc", deadline).await?;
         let mut orchestrator = service("orchestrator", ports[0], ports[3])?;
         orchestrator
             .arg("--payment-addr")
             .arg(&stack.payment)
             .arg("--inventory-addr")
             .arg(&stack.inventory);
-        stack.spawn("orchestrator", &mut orchestrator)?;
+        stack.spawn("orchestrator", orchestrator)?;
+        stack.wait_ready("orchestrator", deadline).await?;
+        // Report order: orchestrator, payment-svc, inventory-svc.
         stack
-            .wait_ready("orchestrator", &stack.orchestrator.clone(), deadline)
-            .await?;
-        // Report order: orchestrator, payment-svc, inventory-svc, emulator.
-        stack.procs.sort_by_key(|p| {
-            BINARIES
-                .iter()
-                .position(|b| *b == p.name)
-                .unwrap_or(BINARIES.len())
-        });
+            .procs
+            .sort_by_key(|p| BINARIES.iter().position(|b| *b == p.name));
         Ok(stack)
     }
 
-    fn spawn(&mut self, name: &'static str, cmd: &mut Command) -> Result<(), String> {
+    /// The MongoDB URI: MONGODB_URI when set, else the test server's, which
+    /// this starts (its log in the data dir).
+    async fn open_mongo(&mut self) -> Result<String, String> {
+        if let Some(uri) = mongo_server::external_uri() {
+            self.store_label = format!("MongoDB at {}", mongo_client::redact(&uri));
+            return Ok(uri);
+        }
+        let kind = ServerKind::from_env()?;
+        let options = ServerOptions {
+            log: Some(self.dir_path.join(format!("{}.log", kind.name()))),
+            ..ServerOptions::default()
+        };
+        let server = tokio::task::spawn_blocking(move || MongoServer::start(kind, options))
+            .await
+            .map_err(|e| format!("starting the MongoDB test server: {e}"))??;
+        self.store_label = server.label().to_owned();
+        let uri = server.uri();
+        self.mongo = Some(server);
+        Ok(uri)
+    }
+
+    /// Starts service `name`, logging to `<data dir>/<name>.log`.
+    fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<(), String> {
         let log = self.dir_path.join(format!("{name}.log"));
         let (out, err) = log_file(&log)?;
-        let child = cmd
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("starting {name}: {e}"))?;
-        self.procs.push(Proc {
-            name,
-            child,
-            log,
-            stdin: None,
-        });
+        cmd.stdout(out).stderr(err);
+        let child = process::spawn_tied(cmd).map_err(|e| format!("starting {name}: {e}"))?;
+        self.procs.push(Proc { name, child, log });
         Ok(())
     }
 
-    async fn wait_ready(&mut self, name: &str, url: &str, deadline: Instant) -> Result<(), String> {
-        let endpoint = Endpoint::from_shared(url.to_owned())
+    /// Waits until service `name` answers its health check as SERVING.
+    async fn wait_ready(&mut self, name: &str, deadline: Instant) -> Result<(), String> {
+        let url = match name {
+            "orchestrator" => self.orchestrator.clone(),
+            "payment-svc" => self.payment.clone(),
+            _ => self.inventory.clone(),
+        };
+        let endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| format!("{url}: {e}"))?
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_secs(2));
@@ -324,22 +248,9 @@ impl Stack {
                     log_tail(&proc.log, 20)
                 ));
             }
-            let last = match endpoint.connect().await {
-                Ok(channel) => {
-                    let reply = HealthClient::new(channel)
-                        .check(HealthCheckRequest {
-                            service: String::new(),
-                        })
-                        .await;
-                    match reply {
-                        Ok(r) if r.get_ref().status == ServingStatus::Serving as i32 => {
-                            return Ok(());
-                        }
-                        Ok(r) => format!("health status {}", r.get_ref().status),
-                        Err(s) => format!("{:?}: {}", s.code(), s.message()),
-                    }
-                }
-                Err(e) => e.to_string(),
+            let last = match health(&endpoint).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
             };
             if Instant::now() >= deadline {
                 let log = self
@@ -356,12 +267,52 @@ impl Stack {
         }
     }
 
-    /// Prints the end of every non-empty service log to stderr.
+    /// orchestrator, payment-svc, inventory-svc URLs.
+    pub fn urls(&self) -> Urls {
+        (
+            self.orchestrator.clone(),
+            self.payment.clone(),
+            self.inventory.clone(),
+        )
+    }
+
+    /// The processes to report on: the services, then the MongoDB test
+    /// server if one was started.
+    pub fn watched(&self) -> Vec<Watched> {
+        let services = self.procs.iter().map(|p| Watched {
+            name: p.name.to_owned(),
+            pid: p.child.id(),
+        });
+        let server = self.mongo.as_ref().and_then(|m| {
+            m.pid().map(|pid| Watched {
+                name: m.kind().name().to_owned(),
+                pid,
+            })
+        });
+        services.chain(server).collect()
+    }
+
+    /// Every log: (name, path), the services' then the test server's.
+    fn logs(&self) -> Vec<(&str, &Path)> {
+        let services = self.procs.iter().map(|p| (p.name, p.log.as_path()));
+        let server = self
+            .mongo
+            .as_ref()
+            .and_then(|m| m.log().map(|log| (m.kind().name(), log)));
+        services.chain(server).collect()
+    }
+
+    /// Lines in all the logs together.
+    pub fn log_lines(&self) -> usize {
+        self.logs().iter().map(|(_, log)| log_lines(log)).sum()
+    }
+
+    /// Prints the end of every non-empty log to stderr.
     pub fn dump_logs(&self, lines: usize) {
-        for p in &self.procs {
-            let tail = log_tail(&p.log, lines);
+        for (name, log) in self.logs() {
+            let tail = log_tail(log, lines);
             if !tail.trim().is_empty() {
-                eprintln!("--- last lines of {} ({}):", p.name, p.log.display());
+                eprintln!("--- last lines of {name} ({}):", log.display());
                 eprintln!("{tail}");
             }
         }
@@ -379,85 +330,83 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         // Orchestrator first, so no saga is driven against a stopped
-        // participant; the emulator last.
+        // participant; the MongoDB test server (a field) after all of them.
         for p in &mut self.procs {
-            p.stdin.take();
-            if let Ok(None) = p.child.try_wait() {
-                if let Ok(pid) = i32::try_from(p.child.id()) {
-                    // SAFETY: plain syscall on the pid of our own child,
-                    // which has not been reaped yet (try_wait said so).
-                    unsafe {
-                        libc::kill(pid, libc::SIGTERM);
-                    }
-                }
-                let until = Instant::now() + Duration::from_secs(3);
-                while Instant::now() < until {
-                    if let Ok(Some(_)) = p.child.try_wait() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                let _ = p.child.kill();
-            }
-            let _ = p.child.wait();
+            let _ = process::stop(&mut p.child, STOP_GRACE);
         }
     }
 }
 
-/// Starts `scripts/mongo-emulator.sh --port 0`, waits for `READY <port>`.
-fn start_emulator(log: &Path) -> Result<(Proc, u16), String> {
-    let script = mongo_script().ok_or(
-        "scripts/mongo-emulator.sh not found (set MONGODB_URI to use a real MongoDB)".to_owned(),
-    )?;
-    let (err, _) = log_file(log)?;
-    let mut cmd = Command::new("bash");
-    cmd.arg(&script)
-        .args(["--port", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(err);
-    // No die_with_parent here: this runs on a blocking-pool thread, which
-    // exits when idle. The emulator exits by itself when its stdin (held
-    // by this process) closes, which covers loadgen being killed.
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("running {}: {e}", script.display()))?;
-    let stdout = child.stdout.take().ok_or("no emulator stdout")?;
-    let stdin = child.stdin.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut sent = false;
-        for line in lines.by_ref() {
-            let Ok(line) = line else { break };
-            if !sent && let Some(port) = line.strip_prefix("READY ") {
-                let _ = tx.send(port.trim().parse::<u16>().ok());
-                sent = true;
-            }
-        }
-        // Keep draining until the emulator exits so it never blocks.
-        drop(tx);
-    });
-    let mut proc = Proc {
-        name: "mongo-emulator",
-        child,
-        log: log.to_path_buf(),
-        stdin,
-    };
-    // The first run may have to create the emulator's venv.
-    match rx.recv_timeout(Duration::from_secs(300)) {
-        Ok(Some(port)) => Ok((proc, port)),
-        other => {
-            let _ = proc.child.kill();
-            let _ = proc.child.wait();
-            Err(format!(
-                "the MongoDB emulator did not report READY ({}); its log:\n{}",
-                match other {
-                    Ok(_) => "bad READY line",
-                    Err(_) => "exited or timed out",
-                },
-                log_tail(log, 20)
-            ))
+/// Ok when the service at `endpoint` answers its health check as SERVING;
+/// else what it said.
+async fn health(endpoint: &Endpoint) -> Result<(), String> {
+    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let reply = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    match reply {
+        Ok(r) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+        Ok(r) => Err(format!("health status {}", r.get_ref().status)),
+        Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+/// The command that runs service `name` on `port` (metrics on `metrics`),
+/// its data under `data_dir` or in MongoDB at `mongo_uri`. Nothing from our
+/// environment may change the set-up.
+fn service_command(
+    config: &SpawnConfig,
+    data_dir: &Path,
+    mongo_uri: Option<&str>,
+    name: &'static str,
+    port: u16,
+    metrics: u16,
+) -> Result<Command, String> {
+    let mut cmd = Command::new(config.bin_dir.join(name));
+    let data = data_dir.join(name);
+    std::fs::create_dir_all(&data).map_err(|e| format!("creating {}: {e}", data.display()))?;
+    cmd.arg("--listen")
+        .arg(SocketAddr::from(([127, 0, 0, 1], port)).to_string())
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--durability")
+        .arg(config.durability)
+        .env("RUST_LOG", "warn")
+        .env("NO_METRICS", "true")
+        .env_remove("MONGODB_URI")
+        .stdin(Stdio::null());
+    // Nothing from the caller's environment may change the set-up (fault
+    // injection, other addresses, databases).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("FAULT_")
+            || key.starts_with("TLS_")
+            || key.ends_with("_MONGODB_DATABASE")
+            || key.ends_with("_LISTEN")
+            || key.ends_with("_ADDR")
+            || key.ends_with("_DATA_DIR")
+        {
+            cmd.env_remove(key);
         }
     }
+    match &config.admin_token {
+        Some(token) => cmd.env("ADMIN_TOKEN", token),
+        None => cmd.env_remove("ADMIN_TOKEN"),
+    };
+    if let Some(uri) = mongo_uri {
+        let short = name.trim_end_matches("-svc");
+        cmd.arg("--mongodb-uri")
+            .arg(uri)
+            .arg("--mongodb-database")
+            .arg(format!("{}_{short}", config.run.replace('-', "_")));
+    }
+    // Newer services serve Prometheus metrics on a fixed default port: give
+    // each a free one so runs never collide.
+    if supports_flag(&config.bin_dir.join(name), "--metrics-listen") {
+        cmd.arg("--metrics-listen")
+            .arg(SocketAddr::from(([127, 0, 0, 1], metrics)).to_string());
+    }
+    Ok(cmd)
 }

@@ -1,10 +1,12 @@
-//! The traffic: seeding, the saga phase (CreateOrder with `wait`), the raw
-//! floor (Charge then Deduct straight to the participants), and the checks
-//! run afterwards (no saga of this run left non-terminal; balances and stock
-//! add up).
+//! The traffic: the clients, seeding, and the phases — the saga phase
+//! (CreateOrder with `wait`) and the raw floor (Charge then Deduct straight
+//! to the participants) — each run by concurrent closed-loop workers.
 
+use crate::catalog::{
+    Catalog, Mix, POOR_BALANCE, POOR_CUSTOMERS, RICH_BALANCE, SHORT_STOCK, STOCK,
+};
+use crate::tally::Tally;
 use futures::StreamExt;
-use hdrhistogram::Histogram;
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::payment::v1 as payment;
@@ -19,121 +21,6 @@ use tokio::task::JoinSet;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
-/// Price of one unit of every product, in cents.
-pub const PRICE_CENTS: i64 = 100;
-/// Opening balance of every "rich" customer: never the limit.
-pub const RICH_BALANCE: i64 = 1_000_000_000_000_000;
-/// Opening stock of every product: never the limit.
-pub const STOCK: i64 = 1_000_000_000_000;
-/// Balance of the "poor" customers whose charge is refused.
-pub const POOR_BALANCE: i64 = 1;
-/// Stock of the "short" product whose deduction is refused (orders ask 2).
-pub const SHORT_STOCK: i64 = 1;
-/// How many poor customers.
-const POOR_CUSTOMERS: usize = 8;
-/// Error messages kept per phase.
-const SAMPLES: usize = 5;
-/// Concurrent audit reads.
-const ADMIN_CONCURRENCY: usize = 32;
-
-/// Latency histogram: 1 µs to 10 minutes, 3 significant digits.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
-}
-
-/// What an order is expected to end as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// Rich customer, stocked products: COMPLETED.
-    Complete,
-    /// Poor customer: the charge is refused, CANCELLED with nothing to undo.
-    RefuseCharge,
-    /// The short product: deduct refused, the charge is refunded, CANCELLED.
-    Compensate,
-}
-
-/// The mix, as fractions of all orders.
-#[derive(Clone, Copy, Debug)]
-pub struct Mix {
-    pub cancel: f64,
-    pub compensate: f64,
-}
-
-impl Mix {
-    /// Class of order `k`: a low-discrepancy (golden ratio) sequence, so any
-    /// stretch of orders holds very nearly the requested fractions.
-    pub fn class(&self, k: u64) -> Class {
-        let u = ((k as f64 + 1.0) * 0.618_033_988_749_894_9).fract();
-        if u < self.cancel {
-            Class::RefuseCharge
-        } else if u < self.cancel + self.compensate {
-            Class::Compensate
-        } else {
-            Class::Complete
-        }
-    }
-}
-
-/// Names of everything this run creates; all start with the run id, so a
-/// run against a shared stack never meets another run's data.
-pub struct Catalog {
-    pub run: String,
-    pub customers: usize,
-    pub products: usize,
-    pub items: usize,
-}
-
-impl Catalog {
-    fn customer(&self, i: usize) -> String {
-        format!("{}-c{i}", self.run)
-    }
-    fn poor(&self, i: usize) -> String {
-        format!("{}-p{i}", self.run)
-    }
-    fn product(&self, i: usize) -> String {
-        format!("{}-s{i}", self.run)
-    }
-    fn short(&self) -> String {
-        format!("{}-short", self.run)
-    }
-
-    /// Total of a normal order (and of a floor pair's charge).
-    pub fn order_total(&self) -> i64 {
-        PRICE_CENTS * self.items as i64
-    }
-
-    /// Distinct stocked products of order `k`.
-    fn lines(&self, k: u64) -> Vec<(String, i64)> {
-        let base = (k % self.products as u64) as usize;
-        (0..self.items)
-            .map(|j| (self.product((base + j) % self.products), 1))
-            .collect()
-    }
-
-    /// Customer and lines of saga `k` of the given class.
-    fn order(&self, k: u64, class: Class) -> (String, Vec<saga::OrderItem>) {
-        let customer = match class {
-            Class::RefuseCharge => self.poor((k % POOR_CUSTOMERS as u64) as usize),
-            _ => self.customer((k % self.customers as u64) as usize),
-        };
-        let mut lines = self.lines(k);
-        if class == Class::Compensate
-            && let Some(last) = lines.last_mut()
-        {
-            *last = (self.short(), SHORT_STOCK + 1);
-        }
-        let items = lines
-            .into_iter()
-            .map(|(product_id, quantity)| saga::OrderItem {
-                product_id,
-                quantity,
-                unit_price_cents: PRICE_CENTS,
-            })
-            .collect();
-        (customer, items)
-    }
-}
-
 /// Channel pools (HTTP/2 connections) to each service.
 #[derive(Clone)]
 pub struct Clients {
@@ -145,6 +32,7 @@ pub struct Clients {
     pub admin: Option<AsciiMetadataValue>,
 }
 
+/// `n` connections to `url`.
 async fn channels(url: &str, n: usize) -> Result<Vec<Channel>, String> {
     let endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|e| format!("{url}: {e}"))?
@@ -163,6 +51,8 @@ async fn channels(url: &str, n: usize) -> Result<Vec<Channel>, String> {
 }
 
 impl Clients {
+    /// `connections` connections to each service; `admin_token` goes with
+    /// the seeding calls.
     pub async fn connect(
         orchestrator: &str,
         payment: &str,
@@ -198,7 +88,8 @@ impl Clients {
     }
 }
 
-fn status_text(s: &tonic::Status) -> String {
+/// A status as `Code: message`.
+pub fn status_text(s: &tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
@@ -272,177 +163,6 @@ pub enum Stop {
     Until(Instant),
 }
 
-/// Everything counted in one phase.
-#[derive(Clone)]
-pub struct Tally {
-    /// Latency of successful calls (µs).
-    pub hist: Histogram<u64>,
-    /// Calls that ended as expected-shaped replies (terminal sagas / pairs).
-    pub ok: u64,
-    pub completed: u64,
-    pub cancelled: u64,
-    /// CANCELLED with the payment step REFUSED (nothing to undo).
-    pub refused_charge: u64,
-    /// CANCELLED with the payment step COMPENSATED (refunded).
-    pub compensated: u64,
-    pub expected_completed: u64,
-    pub expected_cancelled: u64,
-    /// Sagas that ended FAILED.
-    pub failed: u64,
-    /// Replies whose status was not terminal.
-    pub stuck: u64,
-    /// RPC errors (the outcome is unknown).
-    pub errors: u64,
-    /// Terminal, but not the outcome its class should have had.
-    pub mismatches: u64,
-    /// `created: false` for a fresh request id.
-    pub duplicates: u64,
-    pub samples: Vec<String>,
-    pub wall: Duration,
-}
-
-impl Tally {
-    pub fn new() -> Tally {
-        Tally {
-            hist: histogram(),
-            ok: 0,
-            completed: 0,
-            cancelled: 0,
-            refused_charge: 0,
-            compensated: 0,
-            expected_completed: 0,
-            expected_cancelled: 0,
-            failed: 0,
-            stuck: 0,
-            errors: 0,
-            mismatches: 0,
-            duplicates: 0,
-            samples: Vec::new(),
-            wall: Duration::ZERO,
-        }
-    }
-
-    fn note(&mut self, what: String) {
-        if self.samples.len() < SAMPLES {
-            self.samples.push(what);
-        }
-    }
-
-    fn merge(&mut self, o: Tally) {
-        let _ = self.hist.add(&o.hist);
-        self.ok += o.ok;
-        self.completed += o.completed;
-        self.cancelled += o.cancelled;
-        self.refused_charge += o.refused_charge;
-        self.compensated += o.compensated;
-        self.expected_completed += o.expected_completed;
-        self.expected_cancelled += o.expected_cancelled;
-        self.failed += o.failed;
-        self.stuck += o.stuck;
-        self.errors += o.errors;
-        self.mismatches += o.mismatches;
-        self.duplicates += o.duplicates;
-        for s in o.samples {
-            self.note(s);
-        }
-    }
-
-    /// Everything that makes a run fail.
-    pub fn problems(&self) -> u64 {
-        self.failed + self.stuck + self.errors + self.mismatches + self.duplicates
-    }
-
-    /// Successful calls per second of wall time.
-    pub fn rate(&self) -> f64 {
-        let secs = self.wall.as_secs_f64();
-        if secs > 0.0 {
-            self.ok as f64 / secs
-        } else {
-            0.0
-        }
-    }
-
-    fn record(&mut self, elapsed: Duration) {
-        let us = u64::try_from(elapsed.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        self.hist.saturating_record(us);
-    }
-
-    fn saga_reply(
-        &mut self,
-        id: &str,
-        class: Class,
-        r: &saga::CreateOrderResponse,
-        elapsed: Duration,
-    ) {
-        if !r.created {
-            self.duplicates += 1;
-            self.note(format!("{id}: created=false for a fresh request id"));
-        }
-        let status = saga::SagaStatus::try_from(r.status).unwrap_or(saga::SagaStatus::Unspecified);
-        let payment_step = r
-            .saga
-            .as_ref()
-            .and_then(|s| s.steps.iter().find(|step| step.name == "payment"))
-            .map(|step| saga::StepStatus::try_from(step.status).unwrap_or_default())
-            .unwrap_or_default();
-        match status {
-            saga::SagaStatus::Completed | saga::SagaStatus::Cancelled => {
-                self.ok += 1;
-                self.record(elapsed);
-                match class {
-                    Class::Complete => self.expected_completed += 1,
-                    _ => self.expected_cancelled += 1,
-                }
-                if status == saga::SagaStatus::Completed {
-                    self.completed += 1;
-                } else {
-                    self.cancelled += 1;
-                    match payment_step {
-                        saga::StepStatus::Refused => self.refused_charge += 1,
-                        saga::StepStatus::Compensated => self.compensated += 1,
-                        _ => {}
-                    }
-                }
-                let expected = match class {
-                    Class::Complete => status == saga::SagaStatus::Completed,
-                    Class::RefuseCharge => {
-                        status == saga::SagaStatus::Cancelled
-                            && payment_step == saga::StepStatus::Refused
-                    }
-                    Class::Compensate => {
-                        status == saga::SagaStatus::Cancelled
-                            && payment_step == saga::StepStatus::Compensated
-                    }
-                };
-                if !expected {
-                    self.mismatches += 1;
-                    let reason = r.saga.as_ref().map(|s| s.reason.as_str()).unwrap_or("");
-                    self.note(format!(
-                        "{id}: expected {class:?}, got {} (payment step {}) {reason}",
-                        status.as_str_name(),
-                        payment_step.as_str_name()
-                    ));
-                }
-            }
-            saga::SagaStatus::Failed => {
-                self.failed += 1;
-                let reason = r.saga.as_ref().map(|s| s.reason.as_str()).unwrap_or("");
-                self.note(format!("{id}: FAILED: {reason}"));
-            }
-            other => {
-                self.stuck += 1;
-                self.note(format!(
-                    "{id}: reply after {:.1} s is {} (not terminal)",
-                    elapsed.as_secs_f64(),
-                    other.as_str_name()
-                ));
-            }
-        }
-    }
-}
-
 /// What a phase sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -470,116 +190,18 @@ pub async fn run_phase(clients: &Clients, cat: &Arc<Catalog>, phase: &Phase) -> 
     let started = Instant::now();
     let mut workers = JoinSet::new();
     for w in 0..phase.concurrency {
-        let clients = clients.clone();
-        let cat = Arc::clone(cat);
-        let next = Arc::clone(&next);
-        let (kind, tag, stop, mix, call_timeout) = (
-            phase.kind,
-            phase.tag,
-            phase.stop,
-            phase.mix,
-            phase.call_timeout,
-        );
-        workers.spawn(async move {
-            let mut tally = Tally::new();
-            let mut orders = clients.orders[w % clients.orders.len()].clone();
-            let mut pay = clients.payments[w % clients.payments.len()].clone();
-            let mut inv = clients.inventories[w % clients.inventories.len()].clone();
-            // A hard bound on top of the call deadline, should a call hang.
-            let guard = call_timeout + Duration::from_secs(5);
-            loop {
-                let k = match stop {
-                    Stop::Count(n) => {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        if k >= n {
-                            break;
-                        }
-                        k
-                    }
-                    Stop::Until(t) => {
-                        if Instant::now() >= t {
-                            break;
-                        }
-                        next.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-                let id = format!("{}-{tag}{k}", cat.run);
-                match kind {
-                    Kind::Saga => {
-                        let class = mix.class(k);
-                        let (customer_id, items) = cat.order(k, class);
-                        let mut req = tonic::Request::new(saga::CreateOrderRequest {
-                            request_id: id.clone(),
-                            customer_id,
-                            items,
-                            wait: true,
-                        });
-                        req.set_timeout(call_timeout);
-                        let t0 = Instant::now();
-                        let reply = tokio::time::timeout(guard, orders.create_order(req)).await;
-                        let elapsed = t0.elapsed();
-                        match reply {
-                            Ok(Ok(r)) => tally.saga_reply(&id, class, r.get_ref(), elapsed),
-                            Ok(Err(s)) => {
-                                tally.errors += 1;
-                                tally.note(format!("{id}: CreateOrder {}", status_text(&s)));
-                            }
-                            Err(_) => {
-                                tally.errors += 1;
-                                tally.note(format!("{id}: CreateOrder hung past {guard:?}"));
-                            }
-                        }
-                    }
-                    Kind::Floor => {
-                        let customer_id = cat.customer((k % cat.customers as u64) as usize);
-                        let lines = cat
-                            .lines(k)
-                            .into_iter()
-                            .map(|(product_id, quantity)| inventory::Line {
-                                product_id,
-                                quantity,
-                            })
-                            .collect();
-                        let t0 = Instant::now();
-                        let pair = async {
-                            let mut charge = tonic::Request::new(payment::ChargeRequest {
-                                request_id: format!("{id}:payment"),
-                                customer_id,
-                                amount_cents: cat.order_total(),
-                            });
-                            charge.set_timeout(call_timeout);
-                            pay.charge(charge)
-                                .await
-                                .map_err(|s| format!("{id}: Charge {}", status_text(&s)))?;
-                            let mut deduct = tonic::Request::new(inventory::DeductRequest {
-                                request_id: format!("{id}:inventory"),
-                                lines,
-                            });
-                            deduct.set_timeout(call_timeout);
-                            inv.deduct(deduct)
-                                .await
-                                .map_err(|s| format!("{id}: Deduct {}", status_text(&s)))?;
-                            Ok::<(), String>(())
-                        };
-                        match tokio::time::timeout(guard * 2, pair).await {
-                            Ok(Ok(())) => {
-                                tally.ok += 1;
-                                tally.record(t0.elapsed());
-                            }
-                            Ok(Err(e)) => {
-                                tally.errors += 1;
-                                tally.note(e);
-                            }
-                            Err(_) => {
-                                tally.errors += 1;
-                                tally.note(format!("{id}: Charge+Deduct hung"));
-                            }
-                        }
-                    }
-                }
-            }
-            tally
-        });
+        let worker = Worker {
+            orders: clients.orders[w % clients.orders.len()].clone(),
+            pay: clients.payments[w % clients.payments.len()].clone(),
+            inv: clients.inventories[w % clients.inventories.len()].clone(),
+            cat: Arc::clone(cat),
+            kind: phase.kind,
+            tag: phase.tag,
+            mix: phase.mix,
+            call_timeout: phase.call_timeout,
+        };
+        let (next, stop) = (Arc::clone(&next), phase.stop);
+        workers.spawn(async move { worker.run(&next, stop).await });
     }
     let mut total = Tally::new();
     while let Some(done) = workers.join_next().await {
@@ -595,117 +217,136 @@ pub async fn run_phase(clients: &Clients, cat: &Arc<Catalog>, phase: &Phase) -> 
     total
 }
 
-/// Sagas of this run that are not terminal (RUNNING, COMPENSATING) or ended
-/// FAILED, according to the orchestrator's store. Bounded paging.
-pub async fn unfinished_sagas(clients: &Clients, run: &str) -> Result<(u64, Vec<String>), String> {
-    let mut sagas = clients.sagas.clone();
-    let mut count = 0;
-    let mut sample = Vec::new();
-    for status in [
-        saga::SagaStatus::Running,
-        saga::SagaStatus::Compensating,
-        saga::SagaStatus::Failed,
-    ] {
-        let mut token = String::new();
-        for _ in 0..100 {
-            let page = sagas
-                .list_sagas(saga::ListSagasRequest {
-                    status: status as i32,
-                    page_size: 500,
-                    page_token: token.clone(),
-                })
-                .await
-                .map_err(|s| format!("ListSagas: {}", status_text(&s)))?
-                .into_inner();
-            for s in page.sagas.iter().filter(|s| s.request_id.starts_with(run)) {
-                count += 1;
-                if sample.len() < SAMPLES {
-                    sample.push(format!("{} {}", s.request_id, status.as_str_name()));
+/// One closed-loop worker of a phase, with its own clients.
+struct Worker {
+    orders: OrderServiceClient<Channel>,
+    pay: PaymentServiceClient<Channel>,
+    inv: InventoryServiceClient<Channel>,
+    cat: Arc<Catalog>,
+    kind: Kind,
+    tag: &'static str,
+    mix: Mix,
+    call_timeout: Duration,
+}
+
+impl Worker {
+    /// Takes the next call number from `next` until `stop`; one call at a
+    /// time.
+    async fn run(mut self, next: &AtomicU64, stop: Stop) -> Tally {
+        let mut tally = Tally::new();
+        loop {
+            let k = match stop {
+                Stop::Count(n) => {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= n {
+                        break;
+                    }
+                    k
                 }
+                Stop::Until(t) => {
+                    if Instant::now() >= t {
+                        break;
+                    }
+                    next.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+            let id = format!("{}-{}{k}", self.cat.run, self.tag);
+            match self.kind {
+                Kind::Saga => self.saga(k, &id, &mut tally).await,
+                Kind::Floor => self.floor(k, &id, &mut tally).await,
             }
-            if page.next_page_token.is_empty() {
-                break;
+        }
+        tally
+    }
+
+    /// A hard bound on top of the call deadline, should a call hang.
+    fn guard(&self) -> Duration {
+        self.call_timeout + Duration::from_secs(5)
+    }
+
+    /// CreateOrder `k` with `wait`, timed until the saga is terminal.
+    async fn saga(&mut self, k: u64, id: &str, tally: &mut Tally) {
+        let class = self.mix.class(k);
+        let (customer_id, items) = self.cat.order(k, class);
+        let mut req = tonic::Request::new(saga::CreateOrderRequest {
+            request_id: id.to_owned(),
+            customer_id,
+            items,
+            wait: true,
+        });
+        req.set_timeout(self.call_timeout);
+        let guard = self.guard();
+        let t0 = Instant::now();
+        let reply = tokio::time::timeout(guard, self.orders.create_order(req)).await;
+        let elapsed = t0.elapsed();
+        match reply {
+            Ok(Ok(r)) => tally.saga_reply(id, class, r.get_ref(), elapsed),
+            Ok(Err(s)) => {
+                tally.errors += 1;
+                tally.note(format!("{id}: CreateOrder {}", status_text(&s)));
             }
-            token = page.next_page_token;
+            Err(_) => {
+                tally.errors += 1;
+                tally.note(format!("{id}: CreateOrder hung past {guard:?}"));
+            }
         }
     }
-    Ok((count, sample))
-}
 
-/// Result of the money/stock audit.
-pub struct Audit {
-    pub ok: bool,
-    pub detail: String,
-}
-
-/// Checks that balances and stock moved by exactly what the successful
-/// sagas and floor pairs account for: every COMPLETED saga and floor pair
-/// took one order total and one unit per line; refused and compensated
-/// orders left nothing behind.
-pub async fn audit(clients: &Clients, cat: &Catalog, applied: u64) -> Result<Audit, String> {
-    let pay = clients.payments[0].clone();
-    let inv = clients.inventories[0].clone();
-    let balances: Vec<Result<i64, String>> = futures::stream::iter(
-        (0..cat.customers)
-            .map(|i| cat.customer(i))
-            .chain((0..POOR_CUSTOMERS).map(|i| cat.poor(i))),
-    )
-    .map(|customer_id| {
-        let mut pay = pay.clone();
-        async move {
-            pay.get_account(payment::GetAccountRequest {
-                customer_id,
-                operation_limit: 1,
-            })
-            .await
-            .map(|r| r.into_inner().balance_cents)
-            .map_err(|s| format!("GetAccount: {}", status_text(&s)))
-        }
-    })
-    .buffered(ADMIN_CONCURRENCY)
-    .collect()
-    .await;
-    let balances: Vec<i64> = balances.into_iter().collect::<Result<_, _>>()?;
-    let stock: Vec<Result<i64, String>> = futures::stream::iter(
-        (0..cat.products)
-            .map(|i| cat.product(i))
-            .chain(std::iter::once(cat.short())),
-    )
-    .map(|product_id| {
-        let mut inv = inv.clone();
-        async move {
-            inv.get_product(inventory::GetProductRequest {
+    /// Charge then Deduct of pair `k`, timed together.
+    async fn floor(&mut self, k: u64, id: &str, tally: &mut Tally) {
+        let customer_id = self.cat.customer((k % self.cat.customers as u64) as usize);
+        let lines = self
+            .cat
+            .lines(k)
+            .into_iter()
+            .map(|(product_id, quantity)| inventory::Line {
                 product_id,
-                operation_limit: 1,
+                quantity,
             })
-            .await
-            .map(|r| r.into_inner().available)
-            .map_err(|s| format!("GetProduct: {}", status_text(&s)))
+            .collect();
+        let guard = self.guard();
+        let t0 = Instant::now();
+        match tokio::time::timeout(guard * 2, self.pair(id, customer_id, lines)).await {
+            Ok(Ok(())) => {
+                tally.ok += 1;
+                tally.record(t0.elapsed());
+            }
+            Ok(Err(e)) => {
+                tally.errors += 1;
+                tally.note(e);
+            }
+            Err(_) => {
+                tally.errors += 1;
+                tally.note(format!("{id}: Charge+Deduct hung"));
+            }
         }
-    })
-    .buffered(ADMIN_CONCURRENCY)
-    .collect()
-    .await;
-    let stock: Vec<i64> = stock.into_iter().collect::<Result<_, _>>()?;
+    }
 
-    let charged: i128 = balances[..cat.customers]
-        .iter()
-        .map(|b| i128::from(RICH_BALANCE) - i128::from(*b))
-        .sum();
-    let want_charged = i128::from(applied) * i128::from(cat.order_total());
-    let deducted: i128 = stock[..cat.products]
-        .iter()
-        .map(|a| i128::from(STOCK) - i128::from(*a))
-        .sum();
-    let want_deducted = i128::from(applied) * cat.items as i128;
-    let poor_ok = balances[cat.customers..].iter().all(|b| *b == POOR_BALANCE);
-    let short = stock[cat.products];
-    let ok =
-        charged == want_charged && deducted == want_deducted && poor_ok && short == SHORT_STOCK;
-    let detail = format!(
-        "charged {charged} cents (expected {want_charged}), deducted {deducted} units (expected {want_deducted}), \
-         refused customers {}, short product {short} (expected {SHORT_STOCK})",
-        if poor_ok { "untouched" } else { "CHANGED" }
-    );
-    Ok(Audit { ok, detail })
+    async fn pair(
+        &mut self,
+        id: &str,
+        customer_id: String,
+        lines: Vec<inventory::Line>,
+    ) -> Result<(), String> {
+        let mut charge = tonic::Request::new(payment::ChargeRequest {
+            request_id: format!("{id}:payment"),
+            customer_id,
+            amount_cents: self.cat.order_total(),
+        });
+        charge.set_timeout(self.call_timeout);
+        self.pay
+            .charge(charge)
+            .await
+            .map_err(|s| format!("{id}: Charge {}", status_text(&s)))?;
+        let mut deduct = tonic::Request::new(inventory::DeductRequest {
+            request_id: format!("{id}:inventory"),
+            lines,
+        });
+        deduct.set_timeout(self.call_timeout);
+        self.inv
+            .deduct(deduct)
+            .await
+            .map_err(|s| format!("{id}: Deduct {}", status_text(&s)))?;
+        Ok(())
+    }
 }

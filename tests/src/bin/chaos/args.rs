@@ -1,0 +1,76 @@
+//! The soak's flags: one `Args`, parsed once in `main` and read by every
+//! phase.
+
+use std::path::PathBuf;
+
+/// Where the services keep their state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// SQLite files in the work dir.
+    Embedded,
+    /// MongoDB: MONGODB_URI if set, else the MongoDB test server (the
+    /// wire-protocol emulator; SecantusDB with SAGA_MONGO_SERVER=secantusdb).
+    Mongo,
+}
+
+/// The command line.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "chaos",
+    about = "Chaos soak: real service processes, injected faults, SIGKILLs, then an audit of every store"
+)]
+pub struct Args {
+    /// Orders (sagas) to create.
+    #[arg(long, default_value_t = 1_000)]
+    pub sagas: usize,
+    /// Concurrent CreateOrder workers.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Times the orchestrator is SIGKILLed (and restarted) during the drive.
+    #[arg(long, default_value_t = 2)]
+    pub orchestrator_kills: u32,
+    /// Times each participant is SIGKILLed (and restarted) during the drive.
+    #[arg(long, default_value_t = 1)]
+    pub participant_restarts: u32,
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    pub backend: Backend,
+    /// Seed of the orders and of the fault sequences (default: from the clock;
+    /// printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How long every saga has to become terminal once the faults stop.
+    #[arg(long, default_value_t = 60)]
+    pub settle_secs: u64,
+    /// Probability that a participant call fails with UNAVAILABLE first.
+    #[arg(long, default_value_t = 0.05)]
+    pub transient_rate: f64,
+    /// Probability that an applied call's reply is lost (UNAVAILABLE).
+    #[arg(long, default_value_t = 0.05)]
+    pub drop_reply_rate: f64,
+    /// Probability that a Charge/Deduct is refused (FAILED_PRECONDITION).
+    #[arg(long, default_value_t = 0.02)]
+    pub refusal_rate: f64,
+    /// Each participant call is delayed by a uniform 0..=N ms.
+    #[arg(long, default_value_t = 5)]
+    pub latency_ms: u32,
+    /// Share of orders after which an already-accepted order is sent again.
+    #[arg(long, default_value_t = 0.05)]
+    pub duplicate_rate: f64,
+    /// Directory for data and logs (default: a fresh temp dir, removed when
+    /// every check passed, kept and printed otherwise).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Keep the work dir even when every check passed.
+    #[arg(long)]
+    pub keep_work_dir: bool,
+    /// Directory of the orchestrator/payment-svc/inventory-svc binaries
+    /// (default: the directory of this executable).
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// RUST_LOG of the services.
+    #[arg(long, default_value = "warn")]
+    pub log_level: String,
+    /// The whole run is abandoned (children killed) after this long.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+}

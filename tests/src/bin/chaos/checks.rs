@@ -1,0 +1,185 @@
+//! The verdict: every check of a run printed as one `PASS`/`FAIL` line (with
+//! the offending cases under it) and counted for the closing
+//! `chaos: <passed> passed, <failed> failed` line that the test command
+//! greps.
+
+use crate::args::Args;
+use crate::soak::Outcome;
+use saga_proto::saga::v1 as pb;
+
+/// Most offending cases printed under one failed check.
+const SHOWN: usize = 20;
+
+/// Passed/failed checks, printed as they are decided.
+#[derive(Default)]
+pub struct Checks {
+    pub passed: u32,
+    pub failed: u32,
+}
+
+impl Checks {
+    /// One check: `ok` or not, with a detail after its name.
+    pub fn check(&mut self, ok: bool, name: &str, detail: &str) {
+        if ok {
+            self.passed += 1;
+            println!("  PASS  {name}{}", suffix(detail));
+        } else {
+            self.failed += 1;
+            println!("  FAIL  {name}{}", suffix(detail));
+        }
+    }
+
+    /// One check that passes when `problems` is empty; lists them otherwise.
+    pub fn problems(&mut self, name: &str, problems: &[String]) {
+        self.check(problems.is_empty(), name, "");
+        for p in problems.iter().take(SHOWN) {
+            println!("          - {p}");
+        }
+        if problems.len() > SHOWN {
+            println!("          … and {} more", problems.len() - SHOWN);
+        }
+    }
+
+    /// Every check of a finished run, in the order of the README.
+    pub fn judge(&mut self, args: &Args, outcome: &Outcome) {
+        println!("== checks");
+        self.drive(args, outcome);
+        self.lifecycle(args, outcome);
+        for finding in &outcome.findings {
+            self.problems(&finding.name, &finding.problems);
+        }
+        self.happened(args, outcome);
+    }
+
+    /// Every order accepted, every duplicate answered with the same saga.
+    fn drive(&mut self, args: &Args, outcome: &Outcome) {
+        let drive = &outcome.drive;
+        let mut not_accepted = drive.problems.lock().expect("lock").clone();
+        if outcome.orders.len() != args.sagas && not_accepted.is_empty() {
+            not_accepted.push(format!(
+                "{} of {} accepted",
+                outcome.orders.len(),
+                args.sagas
+            ));
+        }
+        self.problems(
+            &format!("all {} orders accepted by CreateOrder", args.sagas),
+            &not_accepted,
+        );
+        let mismatches = drive.duplicate_mismatches.lock().expect("lock").clone();
+        self.problems(
+            &format!(
+                "{} duplicate CreateOrders returned the same saga (created=false)",
+                outcome.duplicates()
+            ),
+            &mismatches,
+        );
+    }
+
+    /// The kills happened, nothing else died, nothing got stuck, and the
+    /// services stopped cleanly.
+    fn lifecycle(&mut self, args: &Args, outcome: &Outcome) {
+        let tally = &outcome.tally;
+        self.check(
+            tally.orchestrator_kills == args.orchestrator_kills,
+            &format!(
+                "orchestrator SIGKILLed and restarted {} time(s)",
+                args.orchestrator_kills
+            ),
+            &format!("done {}", tally.orchestrator_kills),
+        );
+        self.check(
+            tally.participant_restarts == [args.participant_restarts; 2],
+            &format!(
+                "each participant SIGKILLed and restarted {} time(s)",
+                args.participant_restarts
+            ),
+            &format!(
+                "payment {}, inventory {}",
+                tally.participant_restarts[0], tally.participant_restarts[1]
+            ),
+        );
+        let mut lifecycle = tally.event_problems.clone();
+        lifecycle.extend(tally.unexpected_exits.iter().cloned());
+        self.problems("no service died other than by our SIGKILLs", &lifecycle);
+        let stuck: Vec<String> = outcome.stuck.iter().map(stuck_line).collect();
+        self.problems(
+            &format!(
+                "0 stuck: every saga terminal within {} s after faults stopped ({} stuck)",
+                args.settle_secs,
+                stuck.len()
+            ),
+            &stuck,
+        );
+        self.problems(
+            "services stopped cleanly on SIGTERM",
+            &outcome.stop_problems,
+        );
+    }
+
+    /// What the run is meant to provoke actually happened (when its rate is
+    /// not 0).
+    fn happened(&mut self, args: &Args, outcome: &Outcome) {
+        let (f, figures) = (&outcome.faults, &outcome.figures);
+        let retrying = args.transient_rate > 0.0 || args.drop_reply_rate > 0.0;
+        let expected = [
+            (
+                args.transient_rate > 0.0,
+                f.transient_errors,
+                "injected transient errors",
+            ),
+            (
+                args.drop_reply_rate > 0.0,
+                f.dropped_replies,
+                "injected lost replies",
+            ),
+            (args.refusal_rate > 0.0, f.refusals, "injected refusals"),
+            (args.latency_ms > 0, f.delayed_calls, "injected delays"),
+            (retrying, figures.step_retries, "step retries"),
+            // Real refusals happen whatever the fault rates (a quarter of
+            // the customers and half of the products run short), so there
+            // are always compensations to check.
+            (true, figures.compensations, "compensations"),
+        ];
+        for (asserted, n, what) in expected {
+            if asserted {
+                self.check(n > 0, &format!("{what} actually happened"), &n.to_string());
+            } else {
+                println!("  ----  {what}: {n} (its rate is 0, not asserted)");
+            }
+        }
+    }
+}
+
+fn suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" — {detail}")
+    }
+}
+
+/// A saga that did not become terminal, with its steps, in one line.
+fn stuck_line(s: &pb::Saga) -> String {
+    let steps = s
+        .steps
+        .iter()
+        .map(|st| {
+            format!(
+                "{}={:?} attempts {} comp {} {}",
+                st.name,
+                pb::StepStatus::try_from(st.status).unwrap_or(pb::StepStatus::Unspecified),
+                st.attempts,
+                st.compensation_attempts,
+                st.last_error
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "{} ({}) {:?}: {steps}",
+        s.saga_id,
+        s.request_id,
+        pb::SagaStatus::try_from(s.status).unwrap_or(pb::SagaStatus::Unspecified),
+    )
+}

@@ -1,0 +1,261 @@
+//! The three services of a run together: how each is started (ports,
+//! flags, environment), SIGKILLed and restarted, revived when it dies on
+//! its own, and stopped at the end — and the [`Tally`] of all that for the
+//! report and the checks.
+
+use crate::args::Args;
+use crate::cluster::{self, Proc, Role, free_addr};
+use crate::faults::{self, FaultCounts};
+use crate::storage::Storage;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long a (re)started service has to answer.
+pub const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// What happened to the services, for the report.
+#[derive(Default)]
+pub struct Tally {
+    pub orchestrator_kills: u32,
+    /// payment-svc, inventory-svc.
+    pub participant_restarts: [u32; 2],
+    /// Kills that did not go as planned.
+    pub event_problems: Vec<String>,
+    /// Services that died without our SIGKILL.
+    pub unexpected_exits: Vec<String>,
+    /// Injected faults of payment-svc, inventory-svc over all their lives.
+    pub faults: [FaultCounts; 2],
+    pub fault_reads_missed: u32,
+}
+
+impl Tally {
+    /// Counts a SIGKILL of `role`; returns what the output calls it and its
+    /// number ("kill #n" of the orchestrator, "restart #n" of a participant).
+    fn count_kill(&mut self, role: Role) -> (&'static str, u32) {
+        let n = match role {
+            Role::Orchestrator => &mut self.orchestrator_kills,
+            Role::Payment => &mut self.participant_restarts[0],
+            Role::Inventory => &mut self.participant_restarts[1],
+        };
+        *n += 1;
+        let what = if role == Role::Orchestrator {
+            "kill"
+        } else {
+            "restart"
+        };
+        (what, *n)
+    }
+
+    /// Injected faults of both participants together.
+    pub fn all_faults(&self) -> FaultCounts {
+        self.faults[0].plus(self.faults[1])
+    }
+}
+
+/// The three service processes.
+pub struct Services {
+    pub payment: Proc,
+    pub inventory: Proc,
+    pub orchestrator: Proc,
+}
+
+impl Services {
+    /// The three services of a run on free ports, not started yet: the
+    /// participants inject faults from the start; the orchestrator retries
+    /// patiently with short call timeouts and leases.
+    pub fn new(
+        args: &Args,
+        bin_dir: &Path,
+        work: &Path,
+        storage: &Storage,
+        seed: u64,
+    ) -> Result<Services, String> {
+        let log = |role: Role| work.join("logs").join(format!("{}.log", role.binary()));
+        let mut base_env = vec![
+            ("RUST_LOG".to_owned(), args.log_level.clone()),
+            ("RUST_BACKTRACE".to_owned(), "1".to_owned()),
+        ];
+        if let Ok(v) = std::env::var("NO_COLOR") {
+            base_env.push(("NO_COLOR".into(), v));
+        }
+        let mut fault_env = base_env.clone();
+        fault_env.extend(faults::injection_env(args));
+        let addr = || free_addr().map_err(|e| format!("no free port: {e}"));
+        let (pay_addr, inv_addr, orch_addr) = (addr()?, addr()?, addr()?);
+        let service = |role: Role, addr: SocketAddr, mut argv: Vec<String>, env| {
+            argv.extend(storage.args(role));
+            Proc::new(
+                role,
+                bin_dir.join(role.binary()),
+                addr,
+                argv,
+                env,
+                log(role),
+                seed,
+            )
+        };
+        let listen = |a: SocketAddr| vec!["--listen".to_owned(), a.to_string()];
+        Ok(Services {
+            payment: service(Role::Payment, pay_addr, listen(pay_addr), fault_env.clone()),
+            inventory: service(Role::Inventory, inv_addr, listen(inv_addr), fault_env),
+            orchestrator: service(
+                Role::Orchestrator,
+                orch_addr,
+                orchestrator_args(orch_addr, pay_addr, inv_addr),
+                base_env,
+            ),
+        })
+    }
+
+    /// One of the three.
+    pub fn get(&mut self, role: Role) -> &mut Proc {
+        match role {
+            Role::Payment => &mut self.payment,
+            Role::Inventory => &mut self.inventory,
+            Role::Orchestrator => &mut self.orchestrator,
+        }
+    }
+
+    /// Starts the participants, then the orchestrator, each once it answers.
+    pub async fn start(&mut self) -> Result<(), String> {
+        for role in [Role::Payment, Role::Inventory, Role::Orchestrator] {
+            let p = self.get(role);
+            p.start(START_LIMIT).await?;
+            println!(
+                "chaos: {} pid {} on {} (log {})",
+                p.name(),
+                p.pid().unwrap_or(0),
+                p.addr,
+                p.log.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Restarts any service that died on its own (and records it).
+    pub async fn revive(&mut self, tally: &mut Tally) -> Result<(), String> {
+        for role in [Role::Payment, Role::Inventory, Role::Orchestrator] {
+            let p = self.get(role);
+            if let Some(status) = p.exited() {
+                let msg = format!(
+                    "{} (pid gone) exited on its own: {status}; log {}\n{}",
+                    p.name(),
+                    p.log.display(),
+                    cluster::tail(&p.log, 10)
+                );
+                println!("chaos: {msg}");
+                tally.unexpected_exits.push(msg);
+                p.start(START_LIMIT).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs `role`'s service, waits `pause`, and starts it again on the
+    /// same port and storage. A participant's fault counters are read first
+    /// (the SIGKILL loses them). `progress` is the drive's "[accepted/total
+    /// accepted]" and `at` the point the kill was planned at, for the output.
+    pub async fn kill_and_restart(
+        &mut self,
+        role: Role,
+        pause: Duration,
+        progress: &str,
+        at: usize,
+        tally: &mut Tally,
+    ) -> Result<(), String> {
+        let p = self.get(role);
+        if role != Role::Orchestrator {
+            match faults::read(p.addr).await {
+                Some(s) => p.earlier_faults.add(&s),
+                None => tally.fault_reads_missed += 1,
+            }
+        }
+        match p.kill9() {
+            Ok(()) => {
+                let (what, n) = tally.count_kill(role);
+                println!(
+                    "chaos: {progress} SIGKILLed {} ({what} #{n}, planned at {at}); restarting in {} ms",
+                    p.name(),
+                    pause.as_millis()
+                );
+            }
+            Err(e) => tally.event_problems.push(e),
+        }
+        tokio::time::sleep(pause).await;
+        let restarted = Instant::now();
+        p.start(START_LIMIT).await?;
+        println!(
+            "chaos: {} back (pid {}, ready after {} ms)",
+            p.name(),
+            p.pid().unwrap_or(0),
+            restarted.elapsed().as_millis()
+        );
+        Ok(())
+    }
+
+    /// Both participants' fault counters over all their lives, into `tally`.
+    pub async fn read_faults(&self, tally: &mut Tally) {
+        for (i, p) in [&self.payment, &self.inventory].into_iter().enumerate() {
+            match faults::read(p.addr).await {
+                Some(s) => {
+                    let mut now = FaultCounts::default();
+                    now.add(&s);
+                    tally.faults[i] = p.earlier_faults.plus(now);
+                }
+                None => {
+                    tally.fault_reads_missed += 1;
+                    tally.faults[i] = p.earlier_faults;
+                }
+            }
+        }
+    }
+
+    /// A graceful stop, orchestrator first so that no call is in flight
+    /// when the participants stop; returns what did not go cleanly.
+    pub async fn stop(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for role in [Role::Orchestrator, Role::Payment, Role::Inventory] {
+            let p = self.get(role);
+            match p.terminate(Duration::from_secs(20)).await {
+                Ok(status) if status.success() => {}
+                Ok(status) => problems.push(format!(
+                    "{} exited with {status} on SIGTERM; log {}",
+                    p.name(),
+                    p.log.display()
+                )),
+                Err(e) => problems.push(e),
+            }
+        }
+        problems
+    }
+}
+
+/// The orchestrator's flags (storage flags come after): short call
+/// timeouts and leases, many attempts, a fast recovery sweep.
+fn orchestrator_args(orch: SocketAddr, payment: SocketAddr, inventory: SocketAddr) -> Vec<String> {
+    [
+        "serve",
+        "--listen",
+        &orch.to_string(),
+        "--payment-addr",
+        &format!("http://{payment}"),
+        "--inventory-addr",
+        &format!("http://{inventory}"),
+        "--instance-id",
+        "chaos-orchestrator",
+        "--call-timeout-ms",
+        "500",
+        "--lease-ttl-ms",
+        "3000",
+        "--action-attempts",
+        "50",
+        "--compensation-attempts",
+        "10000",
+        "--sweep-interval-ms",
+        "200",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}

@@ -1,0 +1,166 @@
+//! Where the services keep their state for one run: SQLite files under the
+//! work dir, or three fresh MongoDB databases — on `MONGODB_URI` when set,
+//! else on a MongoDB test server this run starts
+//! ([`saga_tests::mongo_server`]) and stops when the storage is dropped.
+//! It gives each service its storage flags and reads the stores back for
+//! the audit.
+
+use crate::args::Backend;
+use crate::cluster::Role;
+use crate::snapshot::{self, Snapshot};
+use saga_tests::mongo_server::{self, MongoServer, ServerKind, ServerOptions};
+use std::path::{Path, PathBuf};
+
+/// Where the services keep their state, and the MongoDB test server that
+/// holds it (if this run started one; kept for the whole run).
+pub struct Storage {
+    stores: Stores,
+    _server: Option<MongoServer>,
+}
+
+/// The three stores.
+enum Stores {
+    Embedded {
+        payment: PathBuf,
+        inventory: PathBuf,
+        orchestrator: PathBuf,
+    },
+    Mongo {
+        uri: String,
+        label: &'static str,
+        payment: String,
+        inventory: String,
+        orchestrator: String,
+    },
+}
+
+impl Storage {
+    /// The storage of a run: data dirs under `work`, or databases named
+    /// after `run_tag` (starting the MongoDB test server, logging to
+    /// `work/logs/`, unless `MONGODB_URI` is set).
+    pub async fn open(backend: Backend, work: &Path, run_tag: &str) -> Result<Storage, String> {
+        if backend == Backend::Embedded {
+            let dir = |n: &str| work.join("data").join(n);
+            let stores = Stores::Embedded {
+                payment: dir("payment"),
+                inventory: dir("inventory"),
+                orchestrator: dir("orchestrator"),
+            };
+            return Ok(Storage {
+                stores,
+                _server: None,
+            });
+        }
+        let (uri, label, server) = match mongo_server::external_uri() {
+            Some(uri) => (uri, "real MongoDB (MONGODB_URI)", None),
+            None => {
+                let server = start_server(work).await?;
+                (server.uri(), server.label(), Some(server))
+            }
+        };
+        println!("chaos: storage {label} at {}", mongo_client::redact(&uri));
+        let stores = Stores::Mongo {
+            uri,
+            label,
+            payment: format!("chaos_{run_tag}_payment"),
+            inventory: format!("chaos_{run_tag}_inventory"),
+            orchestrator: format!("chaos_{run_tag}_orchestrator"),
+        };
+        Ok(Storage {
+            stores,
+            _server: server,
+        })
+    }
+
+    /// The MongoDB target's label (MongoDB only).
+    pub fn label(&self) -> Option<&'static str> {
+        match &self.stores {
+            Stores::Embedded { .. } => None,
+            Stores::Mongo { label, .. } => Some(label),
+        }
+    }
+
+    /// The storage flags of `role`'s service.
+    pub fn args(&self, role: Role) -> Vec<String> {
+        match &self.stores {
+            Stores::Embedded {
+                payment,
+                inventory,
+                orchestrator,
+            } => {
+                let dir = pick(role, payment, inventory, orchestrator);
+                vec!["--data-dir".into(), dir.display().to_string()]
+            }
+            Stores::Mongo {
+                uri,
+                payment,
+                inventory,
+                orchestrator,
+                ..
+            } => vec![
+                "--mongodb-uri".into(),
+                uri.clone(),
+                "--mongodb-database".into(),
+                pick(role, payment, inventory, orchestrator).clone(),
+            ],
+        }
+    }
+
+    /// The three stores as they are now (the services must be stopped).
+    pub async fn snapshot(&self) -> Result<Snapshot, String> {
+        match &self.stores {
+            Stores::Embedded {
+                payment,
+                inventory,
+                orchestrator,
+            } => snapshot::read_sqlite(payment, inventory, orchestrator),
+            Stores::Mongo {
+                uri,
+                payment,
+                inventory,
+                orchestrator,
+                ..
+            } => snapshot::read_mongo(uri, payment, inventory, orchestrator).await,
+        }
+    }
+
+    /// Drops the run's MongoDB databases (nothing to do for the embedded
+    /// stores, whose work dir goes as a whole).
+    pub async fn drop_databases(&self) {
+        if let Stores::Mongo {
+            uri,
+            payment,
+            inventory,
+            orchestrator,
+            ..
+        } = &self.stores
+            && let Ok(client) = mongodb::Client::with_uri_str(uri).await
+        {
+            for db in [payment, inventory, orchestrator] {
+                let _ = client.database(db).drop().await;
+            }
+        }
+    }
+}
+
+/// `role`'s one of three.
+fn pick<T>(role: Role, payment: T, inventory: T, orchestrator: T) -> T {
+    match role {
+        Role::Payment => payment,
+        Role::Inventory => inventory,
+        Role::Orchestrator => orchestrator,
+    }
+}
+
+/// The MongoDB test server `SAGA_MONGO_SERVER` names, logging to
+/// `work/logs/<name>.log`.
+async fn start_server(work: &Path) -> Result<MongoServer, String> {
+    let kind = ServerKind::from_env()?;
+    let options = ServerOptions {
+        log: Some(work.join("logs").join(format!("{}.log", kind.name()))),
+        ..ServerOptions::default()
+    };
+    tokio::task::spawn_blocking(move || MongoServer::start(kind, options))
+        .await
+        .map_err(|e| format!("starting the MongoDB test server: {e}"))?
+}

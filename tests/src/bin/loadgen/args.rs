@@ -1,0 +1,139 @@
+//! The flags of `loadgen`: one `Args`, turned into a [`crate::plan::Plan`]
+//! with every default resolved.
+
+use std::path::PathBuf;
+
+/// Store of a spawned stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// SQLite files in a fresh temp dir.
+    Embedded,
+    /// MongoDB: MONGODB_URI when set, else the MongoDB test server
+    /// (scripts/mongo-emulator.sh; scripts/secantusdb.sh with
+    /// SAGA_MONGO_SERVER=secantusdb).
+    Mongo,
+}
+
+/// `--durability` of a spawned stack's embedded stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// Commits survive kill -9 of a service.
+    Process,
+    /// fsync on every (group) commit.
+    PowerLoss,
+}
+
+impl DurabilityArg {
+    /// The services' `--durability` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurabilityArg::Process => "process",
+            DurabilityArg::PowerLoss => "power-loss",
+        }
+    }
+}
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "loadgen",
+    about = "Load generator: saga throughput and latency versus the raw Charge+Deduct floor"
+)]
+/// The command line.
+pub struct Args {
+    /// Orchestrator of a running stack (e.g. http://127.0.0.1:50051);
+    /// needs --payment and --inventory too. Without it the stack is spawned.
+    #[arg(long, requires_all = ["payment", "inventory"], conflicts_with = "spawn")]
+    pub orchestrator: Option<String>,
+    /// payment-svc of the running stack (seeding, floor, audit).
+    #[arg(long, requires = "orchestrator")]
+    pub payment: Option<String>,
+    /// inventory-svc of the running stack (seeding, floor, audit).
+    #[arg(long, requires = "orchestrator")]
+    pub inventory: Option<String>,
+    /// Start orchestrator, payment-svc and inventory-svc (the binaries next
+    /// to this one) on free 127.0.0.1 ports with fresh data. The default.
+    #[arg(long)]
+    pub spawn: bool,
+    /// Store of the spawned stack.
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    pub backend: Backend,
+    /// Durability of the spawned stack's embedded stores.
+    #[arg(long, env = "DURABILITY", value_enum, default_value_t = DurabilityArg::Process)]
+    pub durability: DurabilityArg,
+    /// Where the service binaries are (default: next to loadgen).
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// Parent of the spawned stack's temp data dir (default: the system temp dir).
+    #[arg(long)]
+    pub tmp_dir: Option<PathBuf>,
+    /// Keep the spawned stack's data dir and logs.
+    #[arg(long)]
+    pub keep_data: bool,
+    /// Calls in flight at once (default 64; smoke 16; single 1). On the
+    /// MongoDB emulator, which runs one transaction at a time, the defaults
+    /// are 8 and 4: more only adds write-conflict retries.
+    #[arg(short = 'c', long)]
+    pub concurrency: Option<usize>,
+    /// Measure this many sagas (default: --duration 10).
+    #[arg(short = 'n', long, conflicts_with = "duration")]
+    pub sagas: Option<u64>,
+    /// Measure for this many seconds.
+    #[arg(short = 'd', long)]
+    pub duration: Option<f64>,
+    /// Seconds of uncounted traffic before each measured phase (default 1;
+    /// smoke 0; single 0.5). Its errors still count.
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// HTTP/2 connections per service, shared round-robin by the workers.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// Lines per order (distinct products, quantity 1, 100 cents each).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub items: u16,
+    /// Fraction of orders whose charge is refused (a customer with 1 cent):
+    /// CANCELLED with nothing to undo (default 0; smoke 0.1).
+    #[arg(long)]
+    pub cancel_ratio: Option<f64>,
+    /// Fraction of orders whose deduction is refused (a product short of
+    /// stock): charge then refund, CANCELLED (default 0; smoke 0.05).
+    #[arg(long)]
+    pub compensate_ratio: Option<f64>,
+    /// Seeded customers with huge balances, to spread the write load
+    /// (default 256; 32 with --backend mongo).
+    #[arg(long)]
+    pub customers: Option<usize>,
+    /// Seeded products with huge stock (default 256; 32 with --backend mongo).
+    #[arg(long)]
+    pub products: Option<usize>,
+    /// Concurrent seeding calls (default 32; 4 with --backend mongo, whose
+    /// emulator serialises transactions).
+    #[arg(long)]
+    pub seed_concurrency: Option<usize>,
+    /// Skip the raw floor (Charge + Deduct without the orchestrator).
+    #[arg(long)]
+    pub no_floor: bool,
+    /// Short CI run (300 sagas at concurrency 16 with a cancel and
+    /// compensation mix): fails on errors, stuck sagas or a mix mismatch,
+    /// never on timings. Last line: `loadgen smoke: N passed, N failed`.
+    #[arg(long, conflicts_with = "single")]
+    pub smoke: bool,
+    /// Sequential single-saga latency on an idle stack (concurrency 1,
+    /// 2000 sagas unless --sagas).
+    #[arg(long)]
+    pub single: bool,
+    /// Give up after this many seconds in all (default 900; smoke 300).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Deadline of one CreateOrder (sent as grpc-timeout; the orchestrator
+    /// holds a `wait` call at most that long) or floor RPC, in ms.
+    #[arg(long, default_value_t = 20_000)]
+    pub call_timeout_ms: u64,
+    /// Processes of a running stack to report memory and CPU of:
+    /// `name=pid,...`, or bare pids (orchestrator, payment-svc, inventory-svc).
+    #[arg(long, value_delimiter = ',')]
+    pub pids: Vec<String>,
+    /// Admin token for the seeding calls (Deposit, AddStock) when the
+    /// services require one; a spawned stack is given the same token.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}

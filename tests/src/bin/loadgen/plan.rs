@@ -1,0 +1,255 @@
+//! The run as planned: the flags checked and every default resolved for the
+//! mode (full, `--smoke`, `--single`) and the store (the MongoDB test
+//! servers get fewer workers: they serialise transactions).
+
+use crate::args::{Args, Backend};
+use crate::catalog::Mix;
+use crate::procs::{self, Watched};
+use crate::stack::{self, SpawnConfig};
+use saga_tests::mongo_server;
+use std::time::Duration;
+
+/// What kind of run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Full,
+    Smoke,
+    Single,
+}
+
+impl Mode {
+    /// From `--smoke` / `--single`.
+    fn of(args: &Args) -> Mode {
+        if args.smoke {
+            Mode::Smoke
+        } else if args.single {
+            Mode::Single
+        } else {
+            Mode::Full
+        }
+    }
+
+    /// Its name in the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Full => "full",
+            Mode::Smoke => "smoke",
+            Mode::Single => "single",
+        }
+    }
+
+    /// Its defaults; on a MongoDB test server (`emulated`) fewer workers.
+    fn defaults(self, emulated: bool) -> Defaults {
+        let (concurrency, amount, warmup, cancel, compensate, timeout) = match self {
+            Mode::Full => (64, Amount::Seconds(10.0), 1.0, 0.0, 0.0, 900.0),
+            Mode::Smoke => (16, Amount::Sagas(300), 0.0, 0.1, 0.05, 300.0),
+            Mode::Single => (1, Amount::Sagas(2000), 0.5, 0.0, 0.0, 900.0),
+        };
+        let concurrency = match (emulated, self) {
+            (true, Mode::Full) => 8,
+            (true, _) => concurrency.min(4),
+            (false, _) => concurrency,
+        };
+        Defaults {
+            concurrency,
+            amount,
+            warmup,
+            cancel,
+            compensate,
+            timeout,
+        }
+    }
+}
+
+/// What a mode does unless a flag says otherwise.
+struct Defaults {
+    concurrency: usize,
+    amount: Amount,
+    warmup: f64,
+    cancel: f64,
+    compensate: f64,
+    timeout: f64,
+}
+
+/// A running stack's orchestrator, payment-svc and inventory-svc URLs.
+pub type Urls = (String, String, String);
+
+/// How much to measure.
+#[derive(Clone, Copy, Debug)]
+pub enum Amount {
+    Sagas(u64),
+    Seconds(f64),
+}
+
+/// The run, with every default resolved.
+pub struct Plan {
+    pub mode: Mode,
+    /// The stack to start (none against a running stack).
+    pub spawn: Option<SpawnConfig>,
+    /// A running stack: orchestrator, payment-svc, inventory-svc URLs.
+    pub addrs: Option<Urls>,
+    /// A running stack's processes to report on.
+    pub pids: Vec<Watched>,
+    pub concurrency: usize,
+    pub connections: usize,
+    pub amount: Amount,
+    /// Seconds of uncounted traffic before each measured phase.
+    pub warmup: f64,
+    pub items: usize,
+    pub mix: Mix,
+    pub customers: usize,
+    pub products: usize,
+    pub seed_concurrency: usize,
+    pub floor: bool,
+    pub timeout: Duration,
+    pub call_timeout: Duration,
+    /// Run id: prefix of every name the run creates.
+    pub run: String,
+    pub admin_token: Option<String>,
+}
+
+/// Checks the flags and resolves the defaults.
+pub fn plan(args: Args) -> Result<Plan, String> {
+    let mode = Mode::of(&args);
+    let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
+    let emulated = mongo && mongo_server::external_uri().is_none();
+    let defaults = mode.defaults(emulated);
+    let concurrency = concurrency(mode, args.concurrency, defaults.concurrency)?;
+    let amount = amount(args.sagas, args.duration, defaults.amount)?;
+    let warmup = args.warmup.unwrap_or(defaults.warmup);
+    if !(0.0..=3600.0).contains(&warmup) {
+        return Err(format!(
+            "--warmup must be in [0, 3600] seconds (got {warmup})"
+        ));
+    }
+    let mix = mix(&args, &defaults)?;
+    let items = usize::from(args.items);
+    let customers = args.customers.unwrap_or(if mongo { 32 } else { 256 });
+    let products = args.products.unwrap_or(if mongo { 32 } else { 256 });
+    let seed_concurrency = args.seed_concurrency.unwrap_or(if mongo { 4 } else { 32 });
+    if customers == 0 || products < items || customers > 1_000_000 || products > 1_000_000 {
+        return Err(format!(
+            "need 1 <= --customers <= 1000000 and --items ({items}) <= --products <= 1000000"
+        ));
+    }
+    let timeout = args.timeout.unwrap_or(defaults.timeout);
+    if !(timeout > 0.0 && timeout <= 7.0 * 86_400.0) {
+        return Err(format!("--timeout must be positive (got {timeout})"));
+    }
+    let run = format!("lg-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+    let pids = procs::parse_pids(&args.pids)?;
+    let connections = if mode == Mode::Single {
+        1
+    } else {
+        args.connections.clamp(1, concurrency)
+    };
+    let (floor, call_timeout) = (!args.no_floor, args.call_timeout_ms.max(1));
+    let admin_token = args.admin_token.clone();
+    let (spawn, addrs) = target(args, &pids, &run)?;
+    Ok(Plan {
+        mode,
+        spawn,
+        addrs,
+        pids,
+        concurrency,
+        connections,
+        amount,
+        warmup,
+        items,
+        mix,
+        customers,
+        products,
+        seed_concurrency,
+        floor,
+        timeout: Duration::from_secs_f64(timeout),
+        call_timeout: Duration::from_millis(call_timeout),
+        run,
+        admin_token,
+    })
+}
+
+/// `--concurrency` (1 for `--single`), checked.
+fn concurrency(mode: Mode, flag: Option<usize>, default: usize) -> Result<usize, String> {
+    let concurrency = if mode == Mode::Single {
+        if flag.is_some_and(|c| c != 1) {
+            return Err("--single runs at concurrency 1".into());
+        }
+        1
+    } else {
+        flag.unwrap_or(default)
+    };
+    if concurrency == 0 || concurrency > 10_000 {
+        return Err(format!(
+            "--concurrency must be 1..=10000 (got {concurrency})"
+        ));
+    }
+    Ok(concurrency)
+}
+
+/// `--sagas` or `--duration`, checked.
+fn amount(sagas: Option<u64>, duration: Option<f64>, default: Amount) -> Result<Amount, String> {
+    match (sagas, duration) {
+        (Some(0), _) => Err("--sagas must be positive".into()),
+        (Some(n), _) => Ok(Amount::Sagas(n)),
+        (None, Some(t)) if !(t > 0.0 && t <= 86_400.0) => Err(format!(
+            "--duration must be in (0, 86400] seconds (got {t})"
+        )),
+        (None, Some(t)) => Ok(Amount::Seconds(t)),
+        (None, None) => Ok(default),
+    }
+}
+
+/// `--cancel-ratio` and `--compensate-ratio`, checked.
+fn mix(args: &Args, defaults: &Defaults) -> Result<Mix, String> {
+    let mix = Mix {
+        cancel: fraction(
+            "--cancel-ratio",
+            args.cancel_ratio.unwrap_or(defaults.cancel),
+        )?,
+        compensate: fraction(
+            "--compensate-ratio",
+            args.compensate_ratio.unwrap_or(defaults.compensate),
+        )?,
+    };
+    if mix.cancel + mix.compensate > 1.0 {
+        return Err("--cancel-ratio + --compensate-ratio must not exceed 1".into());
+    }
+    Ok(mix)
+}
+
+fn fraction(name: &str, v: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{name} must be between 0 and 1 (got {v})"))
+    }
+}
+
+/// A running stack (`--orchestrator`, …) or the stack to spawn.
+fn target(
+    args: Args,
+    pids: &[Watched],
+    run: &str,
+) -> Result<(Option<SpawnConfig>, Option<Urls>), String> {
+    if let Some(orchestrator) = args.orchestrator {
+        let addrs = (
+            orchestrator,
+            args.payment.unwrap_or_default(),
+            args.inventory.unwrap_or_default(),
+        );
+        return Ok((None, Some(addrs)));
+    }
+    if !pids.is_empty() {
+        return Err("--pids is for a running stack (with --orchestrator)".into());
+    }
+    let spawn = SpawnConfig {
+        mongo: args.backend == Backend::Mongo,
+        durability: args.durability.as_str(),
+        bin_dir: args.bin_dir.unwrap_or_else(stack::default_bin_dir),
+        tmp_parent: args.tmp_dir,
+        keep_data: args.keep_data,
+        run: run.to_owned(),
+        admin_token: args.admin_token,
+    };
+    Ok((Some(spawn), None))
+}

@@ -1,0 +1,339 @@
+//! What a run prints on stdout: why it failed (never because of timings),
+//! the human-readable report, and one `loadgen-json: {...}` line carrying
+//! every figure for scripts.
+
+use crate::plan::{Amount, Mode, Plan};
+use crate::run::Outcome;
+use crate::tally::Tally;
+
+/// Why the run fails (empty: it passed). Never about timings.
+pub fn failures(plan: &Plan, out: &Outcome) -> Vec<String> {
+    let mut why = Vec::new();
+    if let Some(f) = &out.fatal {
+        why.push(f.clone());
+    }
+    for (name, tally) in phases(out) {
+        if let Some(t) = tally
+            && t.problems() > 0
+        {
+            why.push(format!(
+                "{name}: {} errors, {} stuck, {} FAILED, {} mix mismatches, {} duplicates",
+                t.errors, t.stuck, t.failed, t.mismatches, t.duplicates
+            ));
+        }
+    }
+    match &out.saga {
+        Some(t) if t.ok == 0 && out.fatal.is_none() => why.push("no saga finished".into()),
+        Some(t) => {
+            if let Amount::Sagas(n) = plan.amount
+                && t.ok + t.problems() < n
+            {
+                why.push(format!(
+                    "only {} of {n} sagas were driven",
+                    t.ok + t.problems()
+                ));
+            }
+        }
+        None => {}
+    }
+    if let Some((n, _)) = &out.unfinished
+        && *n > 0
+    {
+        why.push(format!(
+            "{n} sagas of this run are not terminal (or FAILED) in the store"
+        ));
+    }
+    if let Some(a) = &out.audit
+        && !a.ok
+    {
+        why.push(format!("audit: {}", a.detail));
+    }
+    why
+}
+
+/// The four phases by name, in order.
+fn phases(out: &Outcome) -> [(&'static str, &Option<Tally>); 4] {
+    [
+        ("saga warmup", &out.warmup),
+        ("saga phase", &out.saga),
+        ("floor warmup", &out.floor_warmup),
+        ("floor phase", &out.floor),
+    ]
+}
+
+/// Prints the report, then the JSON line; `why` are the failures.
+pub fn print(plan: &Plan, out: &Outcome, why: &[String]) {
+    header(plan, out);
+    table(out);
+    outcomes(plan, out);
+    store_and_audit(out);
+    resources(out);
+    verdict(out, why);
+    println!("loadgen-json: {}", json(plan, out, why));
+}
+
+/// What was driven and how.
+fn header(plan: &Plan, out: &Outcome) {
+    let amount = match plan.amount {
+        Amount::Sagas(n) => format!("{n} sagas"),
+        Amount::Seconds(t) => format!("{t} s"),
+    };
+    println!();
+    println!("loadgen ({}) — {}", plan.mode.as_str(), out.store);
+    println!(
+        "workload: {amount} at concurrency {} over {} connection(s) per service, warmup {} s, {} item(s)/order, \
+         mix {:.1}% refused charge + {:.1}% compensated, run id {}",
+        plan.concurrency,
+        plan.connections,
+        plan.warmup,
+        plan.items,
+        plan.mix.cancel * 100.0,
+        plan.mix.compensate * 100.0,
+        plan.run
+    );
+    if let Some(s) = out.seed_secs {
+        println!(
+            "seeded {} customers, {} products (+ refusal fixtures) in {s:.2} s",
+            plan.customers, plan.products
+        );
+    }
+}
+
+/// One row per phase: throughput and latency.
+fn table(out: &Outcome) {
+    println!(
+        "{:<26} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "phase",
+        "ok",
+        "wall s",
+        "per s",
+        "mean ms",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "problems"
+    );
+    let rows = [
+        ("saga warmup (not counted)", &out.warmup),
+        ("saga (CreateOrder, wait)", &out.saga),
+        ("floor warmup (not counted)", &out.floor_warmup),
+        ("floor (Charge + Deduct)", &out.floor),
+    ];
+    for (name, tally) in rows {
+        if let Some(t) = tally {
+            println!("{}", row(name, t));
+        }
+    }
+}
+
+fn row(name: &str, t: &Tally) -> String {
+    format!(
+        "{name:<26} {:>8} {:>8.2} {:>10.1} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8}",
+        t.ok,
+        t.wall.as_secs_f64(),
+        t.rate(),
+        t.mean_ms(),
+        t.quantile_ms(0.5),
+        t.quantile_ms(0.9),
+        t.quantile_ms(0.99),
+        t.max_ms(),
+        t.problems()
+    )
+}
+
+/// Saga against floor, saga outcomes against the mix, and the single-saga
+/// targets.
+fn outcomes(plan: &Plan, out: &Outcome) {
+    if let (Some(s), Some(f)) = (&out.saga, &out.floor)
+        && f.rate() > 0.0
+    {
+        println!(
+            "ratio saga/floor throughput: {:.3} ({:.1} sagas/s ÷ {:.1} pairs/s); latency p50 {:.3} ms vs {:.3} ms",
+            s.rate() / f.rate(),
+            s.rate(),
+            f.rate(),
+            s.quantile_ms(0.5),
+            f.quantile_ms(0.5),
+        );
+    }
+    let Some(t) = &out.saga else {
+        return;
+    };
+    println!(
+        "outcomes: COMPLETED {} (expected {}), CANCELLED {} (expected {}: {} refused charge, {} compensated); \
+         {:.1} COMPLETED/s",
+        t.completed,
+        t.expected_completed,
+        t.cancelled,
+        t.expected_cancelled,
+        t.refused_charge,
+        t.compensated,
+        t.completed_rate()
+    );
+    println!(
+        "problems: errors {}, stuck {}, FAILED {}, mix mismatches {}, duplicates {}",
+        t.errors, t.stuck, t.failed, t.mismatches, t.duplicates
+    );
+    if plan.mode == Mode::Single && !t.hist.is_empty() {
+        let (p50, p99) = (t.quantile_ms(0.5), t.quantile_ms(0.99));
+        println!(
+            "single saga latency: p50 {p50:.3} ms (target ≤ 0.6: {}), p99 {p99:.3} ms (target ≤ 2: {}) — informational",
+            if p50 <= 0.6 { "met" } else { "missed" },
+            if p99 <= 2.0 { "met" } else { "missed" }
+        );
+    }
+}
+
+/// The store check and the audit.
+fn store_and_audit(out: &Outcome) {
+    if let Some((n, sample)) = &out.unfinished {
+        println!(
+            "store: {n} sagas of this run non-terminal or FAILED{}",
+            if sample.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", sample.join(", "))
+            }
+        );
+    }
+    match (&out.audit, &out.audit_skipped) {
+        (Some(a), _) => println!(
+            "audit: {} — {}",
+            if a.ok { "ok" } else { "MISMATCH" },
+            a.detail
+        ),
+        (None, Some(why)) => println!("audit: skipped ({why})"),
+        _ => {}
+    }
+}
+
+/// Memory and CPU of every watched process.
+fn resources(out: &Outcome) {
+    let cpu = |c: Option<f64>| c.map_or("-".to_owned(), |c| format!("{c:.2}"));
+    let mut mem_parts = Vec::new();
+    let mut cpu_parts = Vec::new();
+    for p in &out.procs {
+        match p.memory {
+            Some(m) => mem_parts.push(format!(
+                "{} RSS {:.1} MB (peak {:.1})",
+                p.name, m.rss_mb, m.peak_mb
+            )),
+            None => mem_parts.push(format!("{} n/a", p.name)),
+        }
+        cpu_parts.push(format!(
+            "{} {}|{}",
+            p.name,
+            cpu(p.cpu_saga),
+            cpu(p.cpu_floor)
+        ));
+    }
+    if out.procs.len() <= 1 {
+        println!(
+            "memory: services n/a (not spawned; pass --pids to report them); {}",
+            mem_parts.join(", ")
+        );
+    } else {
+        println!("memory at end: {}", mem_parts.join(", "));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "cpu seconds saga|floor phase ({cores} cores; loadgen competes with the services): {}",
+        cpu_parts.join(", ")
+    );
+}
+
+/// Sample errors, then `result: ok` or one `FAIL:` line per failure.
+fn verdict(out: &Outcome, why: &[String]) {
+    for (_, t) in phases(out) {
+        for s in t.iter().flat_map(|t| &t.samples) {
+            println!("  e.g. {s}");
+        }
+    }
+    if why.is_empty() {
+        println!("result: ok");
+    } else {
+        for w in why {
+            println!("FAIL: {w}");
+        }
+    }
+}
+
+/// Rounds to 3 decimals for the JSON line.
+fn r3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Every figure of the run as one JSON object.
+fn json(plan: &Plan, out: &Outcome, why: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "mode": plan.mode.as_str(),
+        "store": out.store,
+        "backend": plan.spawn.as_ref().map(|c| if c.mongo { "mongo" } else { "embedded" }).unwrap_or("external"),
+        "durability": plan.spawn.as_ref().map(|c| c.durability),
+        "concurrency": plan.concurrency,
+        "connections": plan.connections,
+        "items": plan.items,
+        "cancel_ratio": plan.mix.cancel,
+        "compensate_ratio": plan.mix.compensate,
+        "warmup_s": plan.warmup,
+        "saga_warmup": out.warmup.as_ref().map(|t| tally_json(t, true)),
+        "saga": out.saga.as_ref().map(|t| tally_json(t, true)),
+        "floor_warmup": out.floor_warmup.as_ref().map(|t| tally_json(t, false)),
+        "floor": out.floor.as_ref().map(|t| tally_json(t, false)),
+        "ratio": match (&out.saga, &out.floor) {
+            (Some(s), Some(f)) if f.rate() > 0.0 => Some(r3(s.rate() / f.rate())),
+            _ => None,
+        },
+        "unfinished_in_store": out.unfinished.as_ref().map(|u| u.0),
+        "audit": match (&out.audit, &out.audit_skipped) {
+            (Some(a), _) => if a.ok { "ok" } else { "mismatch" },
+            (None, Some(_)) => "skipped",
+            _ => "not run",
+        },
+        "processes": out.procs.iter().map(|p| serde_json::json!({
+            "name": p.name,
+            "pid": p.pid,
+            "rss_mb": p.memory.map(|m| r3(m.rss_mb)),
+            "peak_rss_mb": p.memory.map(|m| r3(m.peak_mb)),
+            "cpu_s_saga": p.cpu_saga.map(r3),
+            "cpu_s_floor": p.cpu_floor.map(r3),
+        })).collect::<Vec<_>>(),
+        "passed": why.is_empty(),
+        "failures": why,
+    })
+}
+
+/// One phase's figures; saga phases add their outcomes.
+fn tally_json(t: &Tally, saga: bool) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "count": t.ok,
+        "wall_s": r3(t.wall.as_secs_f64()),
+        "per_s": r3(t.rate()),
+        "mean_ms": r3(t.mean_ms()),
+        "p50_ms": t.quantile_ms(0.5),
+        "p90_ms": t.quantile_ms(0.9),
+        "p99_ms": t.quantile_ms(0.99),
+        "max_ms": t.max_ms(),
+        "errors": t.errors,
+    });
+    if saga {
+        let extra = serde_json::json!({
+            "completed_per_s": r3(t.completed_rate()),
+            "completed": t.completed,
+            "cancelled": t.cancelled,
+            "cancelled_refused_charge": t.refused_charge,
+            "cancelled_compensated": t.compensated,
+            "expected_completed": t.expected_completed,
+            "expected_cancelled": t.expected_cancelled,
+            "failed": t.failed,
+            "stuck": t.stuck,
+            "mix_mismatches": t.mismatches,
+            "duplicates": t.duplicates,
+        });
+        if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
+            v.extend(extra);
+        }
+    }
+    v
+}

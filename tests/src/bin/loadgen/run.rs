@@ -1,0 +1,297 @@
+//! One load run, stage by stage: start (or attach to) the stack, seed, the
+//! saga phase, the store check, the floor phase, the audit. Every figure
+//! lands in [`Outcome`] as soon as it is known, so a timeout or a signal
+//! still reports what was done.
+
+use crate::catalog::Catalog;
+use crate::check::{self, Audit};
+use crate::plan::{Amount, Plan, Urls};
+use crate::procs::{self, Watched};
+use crate::report;
+use crate::stack::Stack;
+use crate::tally::Tally;
+use crate::workload::{self, Clients, Kind, Phase, Stop};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One process in the report.
+pub struct ProcReport {
+    pub name: String,
+    pub pid: u32,
+    /// At the end of the run.
+    pub memory: Option<procs::Memory>,
+    /// CPU seconds during the measured saga phase.
+    pub cpu_saga: Option<f64>,
+    /// CPU seconds during the measured floor phase.
+    pub cpu_floor: Option<f64>,
+}
+
+/// Everything measured; filled in as the run goes, so a timeout still
+/// reports what was done.
+#[derive(Default)]
+pub struct Outcome {
+    /// What was driven ("spawned; <store>; durability …" or a running stack).
+    pub store: String,
+    pub seed_secs: Option<f64>,
+    pub warmup: Option<Tally>,
+    pub saga: Option<Tally>,
+    pub floor_warmup: Option<Tally>,
+    pub floor: Option<Tally>,
+    /// Sagas of the run not terminal (or FAILED) in the store, with samples.
+    pub unfinished: Option<(u64, Vec<String>)>,
+    pub audit: Option<Audit>,
+    pub audit_skipped: Option<String>,
+    pub procs: Vec<ProcReport>,
+    /// Why the run stopped early (error, timeout, signal).
+    pub fatal: Option<String>,
+    /// What was going on (for a timeout message).
+    pub stage: &'static str,
+}
+
+/// Starts or attaches to the stack, measures, and records the processes'
+/// memory; a spawned stack is stopped when this returns (or is dropped).
+pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
+    let mut stack = start_stack(plan, out).await?;
+    let (urls, mut watched) = match (&stack, &plan.addrs) {
+        (Some(s), _) => (s.urls(), s.watched()),
+        (None, Some(addrs)) => {
+            out.store = format!("running stack at {}", addrs.0);
+            (addrs.clone(), plan.pids.clone())
+        }
+        (None, None) => return Err("no stack to drive".into()),
+    };
+    watched.push(Watched {
+        name: "loadgen".into(),
+        pid: std::process::id(),
+    });
+    let result = measure(plan, out, &watched, &urls).await;
+    out.procs = watched
+        .iter()
+        .enumerate()
+        .map(|(i, w)| ProcReport {
+            name: w.name.clone(),
+            pid: w.pid,
+            memory: procs::memory(w.pid),
+            cpu_saga: out.procs.get(i).and_then(|p| p.cpu_saga),
+            cpu_floor: out.procs.get(i).and_then(|p| p.cpu_floor),
+        })
+        .collect();
+    if let Some(s) = &mut stack {
+        let failed = result.is_err() || !report::failures(plan, out).is_empty();
+        wrap_up(plan, s, failed);
+    }
+    result
+}
+
+/// The spawned stack, or none when driving a running one.
+async fn start_stack(plan: &Plan, out: &mut Outcome) -> Result<Option<Stack>, String> {
+    let Some(config) = &plan.spawn else {
+        return Ok(None);
+    };
+    eprintln!(
+        "loadgen: starting orchestrator, payment-svc, inventory-svc from {} ({}, durability {})",
+        config.bin_dir.display(),
+        if config.mongo { "mongo" } else { "embedded" },
+        config.durability
+    );
+    out.stage = "start-up";
+    let s = Stack::start(config, Duration::from_secs(60)).await?;
+    out.store = format!(
+        "spawned; {}; durability {}",
+        s.store_label, config.durability
+    );
+    Ok(Some(s))
+}
+
+/// The spawned stack's logs: their end when the run failed, else how much
+/// they hold; kept on `--keep-data`.
+fn wrap_up(plan: &Plan, stack: &mut Stack, failed: bool) {
+    if failed {
+        stack.dump_logs(15);
+    } else {
+        let lines = stack.log_lines();
+        if lines > 0 {
+            eprintln!(
+                "loadgen: the services logged {lines} warning/error lines (--keep-data keeps them)"
+            );
+        }
+    }
+    if plan.spawn.as_ref().is_some_and(|c| c.keep_data) {
+        eprintln!("loadgen: data and logs kept in {}", stack.keep().display());
+    }
+}
+
+/// Seed, saga phase, store check, floor phase, audit.
+async fn measure(
+    plan: &Plan,
+    out: &mut Outcome,
+    watched: &[Watched],
+    (orchestrator, payment, inventory): &Urls,
+) -> Result<(), String> {
+    out.procs = watched
+        .iter()
+        .map(|w| ProcReport {
+            name: w.name.clone(),
+            pid: w.pid,
+            memory: None,
+            cpu_saga: None,
+            cpu_floor: None,
+        })
+        .collect();
+    let clients = Clients::connect(
+        orchestrator,
+        payment,
+        inventory,
+        plan.connections,
+        plan.admin_token.as_deref(),
+    )
+    .await?;
+    let cat = Arc::new(Catalog {
+        run: plan.run.clone(),
+        customers: plan.customers,
+        products: plan.products,
+        items: plan.items,
+    });
+    seed(plan, out, &clients, &cat).await?;
+    let saga_ok = saga_phase(plan, out, &clients, &cat, watched).await;
+    out.stage = "the store check";
+    out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
+    if plan.floor && saga_ok > 0 {
+        floor_phase(plan, out, &clients, &cat, watched).await;
+    }
+    audit(out, &clients, &cat).await
+}
+
+async fn seed(
+    plan: &Plan,
+    out: &mut Outcome,
+    clients: &Clients,
+    cat: &Catalog,
+) -> Result<(), String> {
+    let t0 = Instant::now();
+    out.stage = "seeding";
+    eprintln!(
+        "loadgen: seeding {} customers and {} products",
+        plan.customers, plan.products
+    );
+    workload::seed(clients, cat, plan.seed_concurrency).await?;
+    out.seed_secs = Some(t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Warmup (if any) and the measured CreateOrder phase; returns the sagas
+/// that ended as expected-shaped replies.
+async fn saga_phase(
+    plan: &Plan,
+    out: &mut Outcome,
+    clients: &Clients,
+    cat: &Arc<Catalog>,
+    watched: &[Watched],
+) -> u64 {
+    out.stage = "saga phase";
+    eprintln!("loadgen: saga phase");
+    if plan.warmup > 0.0 {
+        let warm = phase(plan, Kind::Saga, "w", warmup(plan));
+        out.warmup = Some(workload::run_phase(clients, cat, &warm).await);
+    }
+    let measured = phase(plan, Kind::Saga, "m", measured(plan));
+    let (saga, cpu) = timed_phase(clients, cat, &measured, watched).await;
+    for (p, c) in out.procs.iter_mut().zip(cpu) {
+        p.cpu_saga = c;
+    }
+    let ok = saga.ok;
+    out.saga = Some(saga);
+    ok
+}
+
+/// Warmup (if any) and as many Charge + Deduct pairs as the saga phase
+/// measured.
+async fn floor_phase(
+    plan: &Plan,
+    out: &mut Outcome,
+    clients: &Clients,
+    cat: &Arc<Catalog>,
+    watched: &[Watched],
+) {
+    out.stage = "floor phase";
+    eprintln!("loadgen: floor phase (Charge + Deduct straight to the participants)");
+    if plan.warmup > 0.0 {
+        let warm = phase(plan, Kind::Floor, "fw", warmup(plan));
+        out.floor_warmup = Some(workload::run_phase(clients, cat, &warm).await);
+    }
+    let pairs = match plan.amount {
+        Amount::Sagas(n) => n,
+        Amount::Seconds(_) => out.saga.as_ref().map_or(0, |t| t.ok),
+    };
+    let measured = phase(plan, Kind::Floor, "f", Stop::Count(pairs));
+    let (floor, cpu) = timed_phase(clients, cat, &measured, watched).await;
+    for (p, c) in out.procs.iter_mut().zip(cpu) {
+        p.cpu_floor = c;
+    }
+    out.floor = Some(floor);
+}
+
+/// The money/stock audit, when every call's outcome is known.
+async fn audit(out: &mut Outcome, clients: &Clients, cat: &Catalog) -> Result<(), String> {
+    let tallies = [&out.warmup, &out.saga, &out.floor_warmup, &out.floor];
+    let unknown: u64 = tallies
+        .iter()
+        .filter_map(|t| t.as_ref())
+        .map(|t| t.errors + t.stuck)
+        .sum();
+    if unknown > 0 {
+        out.audit_skipped = Some(format!("{unknown} calls ended with an unknown outcome"));
+        return Ok(());
+    }
+    let completed: u64 = [&out.warmup, &out.saga]
+        .iter()
+        .filter_map(|t| t.as_ref())
+        .map(|t| t.completed)
+        .sum();
+    let pairs: u64 = [&out.floor_warmup, &out.floor]
+        .iter()
+        .filter_map(|t| t.as_ref())
+        .map(|t| t.ok)
+        .sum();
+    out.stage = "the audit";
+    out.audit = Some(check::audit(clients, cat, completed + pairs).await?);
+    Ok(())
+}
+
+/// Runs a measured phase; also returns each watched process's CPU seconds
+/// during it.
+async fn timed_phase(
+    clients: &Clients,
+    cat: &Arc<Catalog>,
+    phase: &Phase,
+    watched: &[Watched],
+) -> (Tally, Vec<Option<f64>>) {
+    let before = procs::cpu_snapshot(watched);
+    let tally = workload::run_phase(clients, cat, phase).await;
+    let used = procs::cpu_used(&before, &procs::cpu_snapshot(watched));
+    (tally, used)
+}
+
+fn phase(plan: &Plan, kind: Kind, tag: &'static str, stop: Stop) -> Phase {
+    Phase {
+        kind,
+        tag,
+        concurrency: plan.concurrency,
+        stop,
+        mix: plan.mix,
+        call_timeout: plan.call_timeout,
+    }
+}
+
+/// `--warmup` seconds from now.
+fn warmup(plan: &Plan) -> Stop {
+    Stop::Until(Instant::now() + Duration::from_secs_f64(plan.warmup))
+}
+
+/// The measured amount, from now.
+fn measured(plan: &Plan) -> Stop {
+    match plan.amount {
+        Amount::Sagas(n) => Stop::Count(n),
+        Amount::Seconds(t) => Stop::Until(Instant::now() + Duration::from_secs_f64(t)),
+    }
+}
