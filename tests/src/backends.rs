@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// A store under test plus whatever must live as long as it (temp dir).
 pub struct Backend<S: ?Sized> {
+    /// The store.
     pub store: Arc<S>,
     _keep: Box<dyn Any + Send + Sync>,
 }
@@ -27,6 +28,7 @@ pub struct Backend<S: ?Sized> {
 /// Where MongoDB tests run.
 #[derive(Debug, Clone)]
 pub struct MongoTarget {
+    /// Its connection string.
     pub uri: String,
     /// "real MongoDB", or the test server's [`ServerKind::label`].
     pub label: &'static str,
@@ -115,6 +117,7 @@ fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
+/// A fresh embedded payment store in a temp dir.
 pub async fn embedded_payment() -> Option<Backend<dyn PaymentStore>> {
     let dir = temp();
     let store = SqlitePaymentStore::open(&dir.path().join("payment.db"), Durability::Process)
@@ -125,6 +128,7 @@ pub async fn embedded_payment() -> Option<Backend<dyn PaymentStore>> {
     })
 }
 
+/// A fresh payment store in its own database of the MongoDB target.
 pub async fn mongo_payment() -> Option<Backend<dyn PaymentStore>> {
     let db = fresh_database(&mongo()?, "payment").await;
     let store = MongoPaymentStore::open(db).await.expect("open");
@@ -134,6 +138,7 @@ pub async fn mongo_payment() -> Option<Backend<dyn PaymentStore>> {
     })
 }
 
+/// A fresh embedded inventory store in a temp dir.
 pub async fn embedded_inventory() -> Option<Backend<dyn InventoryStore>> {
     let dir = temp();
     let store = SqliteInventoryStore::open(&dir.path().join("inventory.db"), Durability::Process)
@@ -144,6 +149,7 @@ pub async fn embedded_inventory() -> Option<Backend<dyn InventoryStore>> {
     })
 }
 
+/// A fresh inventory store in its own database of the MongoDB target.
 pub async fn mongo_inventory() -> Option<Backend<dyn InventoryStore>> {
     let db = fresh_database(&mongo()?, "inventory").await;
     let store = MongoInventoryStore::open(db).await.expect("open");
@@ -153,6 +159,7 @@ pub async fn mongo_inventory() -> Option<Backend<dyn InventoryStore>> {
     })
 }
 
+/// A fresh embedded saga store in a temp dir.
 pub async fn embedded_sagas() -> Option<Backend<dyn SagaStore>> {
     let dir = temp();
     let store = SqliteSagaStore::open(&dir.path().join("orchestrator.db"), Durability::Process)
@@ -163,6 +170,7 @@ pub async fn embedded_sagas() -> Option<Backend<dyn SagaStore>> {
     })
 }
 
+/// A fresh saga store in its own database of the MongoDB target.
 pub async fn mongo_sagas() -> Option<Backend<dyn SagaStore>> {
     let db = fresh_database(&mongo()?, "orchestrator").await;
     let store = MongoSagaStore::open(db).await.expect("open");

@@ -8,7 +8,9 @@ use crate::Storage;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// An orchestrator on its own runtime, to be crashed.
 pub struct CrashableOrchestrator {
+    /// Where it serves gRPC.
     pub addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
 }

@@ -11,6 +11,8 @@
 //! `src/bin/loadgen`); [`process`] ties every child process to this one
 //! and stops it; [`saga_list`] pages through ListSagas.
 
+#![warn(missing_docs)]
+
 pub mod backends;
 pub mod conformance;
 pub mod crash;
@@ -44,6 +46,7 @@ use tonic::transport::Channel;
 
 /// One running service.
 pub struct Running {
+    /// Where the service listens.
     pub addr: SocketAddr,
     shutdown: Shutdown,
     task: Option<JoinHandle<()>>,
@@ -67,10 +70,13 @@ impl Running {
 /// Which service to start and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
+    /// payment-svc.
     Payment,
+    /// inventory-svc.
     Inventory,
 }
 
+/// Binds `addr`, retrying briefly (a restarted service rebinds its old port).
 pub async fn listener(addr: SocketAddr) -> tokio::net::TcpListener {
     // A restarted service rebinds its old port; the previous listener was
     // just closed, so retry briefly.
@@ -93,7 +99,12 @@ pub enum Storage {
     /// SQLite files in this directory.
     Embedded(PathBuf),
     /// MongoDB databases named `<prefix>_<service>` at `uri`.
-    Mongo { uri: String, prefix: String },
+    Mongo {
+        /// The server.
+        uri: String,
+        /// Databases are named `<prefix>_<service>`.
+        prefix: String,
+    },
 }
 
 impl From<&Path> for Storage {
@@ -162,6 +173,7 @@ impl Storage {
         }
     }
 
+    /// The saga store in this storage.
     pub async fn sagas(&self) -> Arc<dyn orchestrator::store::SagaStore> {
         match self {
             Storage::Embedded(dir) => Arc::new(
@@ -458,6 +470,7 @@ impl Stack {
         *running = start_participant(service, self.storage.clone(), Some(running.addr)).await;
     }
 
+    /// The temp dir's path.
     pub fn path(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
@@ -472,10 +485,12 @@ impl Stack {
         SagaServiceClient::new(channel(self.orchestrator().addr).await)
     }
 
+    /// A client of payment-svc.
     pub async fn payments(&self) -> PaymentServiceClient<Channel> {
         PaymentServiceClient::new(channel(self.payment.addr).await)
     }
 
+    /// A client of inventory-svc.
     pub async fn inventory(&self) -> InventoryServiceClient<Channel> {
         InventoryServiceClient::new(channel(self.inventory.addr).await)
     }
@@ -506,10 +521,12 @@ impl Stack {
             .expect("add stock");
     }
 
+    /// The balance of `customer`.
     pub async fn balance(&self, customer: &str) -> i64 {
         balance(self.payment.addr, customer).await
     }
 
+    /// The stock of `product`.
     pub async fn stock(&self, product: &str) -> i64 {
         stock(self.inventory.addr, product).await
     }

@@ -65,6 +65,7 @@ pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
 /// How a child ended when it was stopped.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopped {
+    /// How the process ended.
     pub status: ExitStatus,
     /// It did not exit within the grace period of its SIGTERM and was
     /// SIGKILLed.
