@@ -30,7 +30,7 @@ pub struct ProcReport {
 /// reports what was done.
 #[derive(Default)]
 pub struct Outcome {
-    /// What was driven ("spawned; <store>; durability …" or a running stack).
+    /// What was driven (`spawned; <store>; durability …` or a running stack).
     pub store: String,
     pub seed_secs: Option<f64>,
     pub warmup: Option<Tally>,
