@@ -17,7 +17,7 @@
 //! - Compensations are retried; if their budget runs out the saga is
 //!   `Failed` and waits for a person (RetrySaga).
 
-use crate::saga::{Order, Saga, SagaStatus, Step, StepStatus, Transition};
+use crate::saga::{Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition};
 
 /// What the engine knows of a step: its name and the names of the
 /// operations that do and undo it (the calls themselves live in
@@ -264,6 +264,29 @@ pub fn resume(saga: &mut Saga, now_ms: i64) -> bool {
         begin_compensation(saga, i, now_ms);
     }
     true
+}
+
+/// Records that `lease`'s owner claims the saga to drive it: after the
+/// previous owner's lease expired (a takeover), after it was released at
+/// shutdown, or its own lease after a restart. The history says which, so
+/// a person can see who drove a saga and when ownership moved.
+pub fn claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
+    let detail = match &saga.lease {
+        Some(old) if old.owner == lease.owner => {
+            format!(
+                "resumed by {} (its own lease, after a restart)",
+                lease.owner
+            )
+        }
+        Some(old) => format!(
+            "taken over by {}: the lease of {} expired at {}",
+            lease.owner, old.owner, old.until_ms
+        ),
+        None => format!("claimed by {} (no lease held)", lease.owner),
+    };
+    let status = saga.status.as_str();
+    push(saga, None, status, status, detail, now_ms);
+    saga.lease = Some(lease);
 }
 
 fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i64) {

@@ -250,7 +250,7 @@ impl Executor {
             return Ok(false);
         }
         let previous = saga.lease.as_ref().map(|l| l.owner.clone());
-        saga.lease = Some(self.new_lease());
+        engine::claim(&mut saga, self.new_lease(), now_ms());
         saga.version += 1;
         match self.store.save(&saga).await {
             Ok(()) => {

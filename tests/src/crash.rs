@@ -6,13 +6,15 @@
 
 use crate::Storage;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// An orchestrator on its own runtime, to be crashed.
 pub struct CrashableOrchestrator {
     /// Where it serves gRPC.
     pub addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
+    /// What `serve` returned, once it has (it must not, before the crash).
+    ended: Arc<Mutex<Option<Result<(), String>>>>,
 }
 
 impl CrashableOrchestrator {
@@ -32,20 +34,35 @@ impl CrashableOrchestrator {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         std_listener.set_nonblocking(true).expect("nonblocking");
         let addr = std_listener.local_addr().expect("addr");
+        let ended = Arc::new(Mutex::new(None));
+        let result = ended.clone();
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
             let store = storage.sagas().await;
             let shutdown = service_kit::shutdown::Shutdown::new();
-            let _ = orchestrator::serve(store, definition, settings, listener, shutdown).await;
+            let served = orchestrator::serve(store, definition, settings, listener, shutdown).await;
+            if let Ok(mut slot) = result.lock() {
+                *slot = Some(served.map_err(|e| e.to_string()));
+            }
         });
         CrashableOrchestrator {
             addr,
             runtime: Some(runtime),
+            ended,
         }
     }
 
-    /// Stops everything at once, as `kill -9` would.
+    /// Stops everything at once, as `kill -9` would. Fails the test if the
+    /// server had already stopped on its own (an error, or returning at
+    /// all: nothing asked it to).
     pub fn crash(mut self) {
+        if let Ok(ended) = self.ended.lock() {
+            assert!(
+                ended.is_none(),
+                "the orchestrator at {} had stopped before the crash: {ended:?}",
+                self.addr
+            );
+        }
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }

@@ -58,11 +58,15 @@ impl Running {
         self.halt().await;
     }
 
-    /// Stops the service in place (its address stays known for a restart).
+    /// Stops the service in place (its address stays known for a
+    /// restart). A server that failed or panicked fails the test here:
+    /// each server task panics with the error `serve` returned.
     pub async fn halt(&mut self) {
         self.shutdown.trigger();
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        if let Some(task) = self.task.take()
+            && let Err(error) = task.await
+        {
+            panic!("the service at {} failed: {error}", self.addr);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Operating the orchestrator: WatchSaga streams, the in-flight cap, and a
-//! graceful shutdown whose interrupted saga completes after restart.
+//! graceful shutdown whose interrupted saga completes after restart. Each
+//! test starts exactly the orchestrator instances it talks about.
 
 use saga_proto::saga::v1 as pb;
 use saga_tests::{Service, Stack, fast_retry, order_request, test_settings, wait_terminal};
@@ -26,7 +27,7 @@ fn patient() -> orchestrator::executor::RetryPolicy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_saga_streams_every_state_until_terminal() {
-    let mut stack = Stack::start().await;
+    let mut stack = Stack::without_orchestrator().await;
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-pear", 3).await;
     // Hold the saga at the charge so the watcher sees it live.
@@ -108,7 +109,7 @@ async fn watch_saga_streams_every_state_until_terminal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_the_in_flight_cap_create_order_is_refused_and_stores_nothing() {
-    let mut stack = Stack::start().await;
+    let mut stack = Stack::without_orchestrator().await;
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-apple", 10).await;
     stack.halt(Service::Payment).await;
@@ -181,7 +182,7 @@ async fn beyond_the_in_flight_cap_create_order_is_refused_and_stores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_interrupted_by_graceful_shutdown_completes_after_restart() {
-    let mut stack = Stack::start().await;
+    let mut stack = Stack::without_orchestrator().await;
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-apple", 10).await;
     stack.halt(Service::Inventory).await;
@@ -189,6 +190,7 @@ async fn a_saga_interrupted_by_graceful_shutdown_completes_after_restart() {
     let mut settings = test_settings(patient(), 0);
     settings.lease.owner = "first".into();
     settings.lease.ttl = Duration::from_secs(60);
+    let grace = settings.shutdown_grace;
     let orchestrator = orchestrator_with(&stack, settings).await;
     let reply = pb::order_service_client::OrderServiceClient::new(
         saga_tests::channel(orchestrator.addr).await,
@@ -222,8 +224,8 @@ async fn a_saga_interrupted_by_graceful_shutdown_completes_after_restart() {
     let stopping = tokio::time::Instant::now();
     orchestrator.stop().await;
     assert!(
-        stopping.elapsed() < Duration::from_secs(3),
-        "stopped within the grace period"
+        stopping.elapsed() < grace,
+        "the saga paused instead of holding shutdown for the whole grace period"
     );
     let paused = sagas
         .get(&reply.saga_id)
@@ -238,11 +240,22 @@ async fn a_saga_interrupted_by_graceful_shutdown_completes_after_restart() {
     stack.restart(Service::Inventory).await;
     let mut settings = test_settings(patient(), 0);
     settings.lease.owner = "second".into();
-    let restarted = tokio::time::Instant::now();
     let orchestrator = orchestrator_with(&stack, settings).await;
     let done = wait_terminal(orchestrator.addr, &reply.saga_id, Duration::from_secs(10)).await;
     assert_eq!(done.status(), pb::SagaStatus::Completed);
-    assert!(restarted.elapsed() < Duration::from_secs(5));
+    // Inside first's 60 s lease: the history shows second claimed the
+    // released saga — no takeover, nobody else.
+    let owners: Vec<&str> = done
+        .history
+        .iter()
+        .map(|t| t.detail.as_str())
+        .filter(|d| {
+            d.starts_with("claimed by")
+                || d.starts_with("taken over")
+                || d.starts_with("resumed by")
+        })
+        .collect();
+    assert_eq!(owners, ["claimed by second (no lease held)"]);
     assert_eq!(stack.balance("alice").await, 800);
     assert_eq!(stack.stock("sku-apple").await, 8);
     orchestrator.stop().await;
