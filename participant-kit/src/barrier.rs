@@ -17,6 +17,7 @@
 //! | compensation of an applied action      | undone once; repeats replay "undone"       |
 //! | compensation before the action arrived | null compensation; the action row is taken |
 //! | action after its compensation          | [`BarrierError::AlreadyCompensated`]       |
+//! | action again after it was undone       | [`BarrierError::AlreadyCompensated`]       |
 //! | compensation of a refused action       | nothing to undo                            |
 //!
 //! The null-compensation trick (as in DTM's barrier): a compensation inserts a
@@ -45,6 +46,13 @@ pub trait HistoryTx {
     fn insert_or_get(
         &mut self,
         record: &OperationRecord,
+    ) -> impl Future<Output = Result<Option<OperationRecord>, Self::Error>>;
+
+    /// The record under `(request_id, kind)`, if any.
+    fn get(
+        &mut self,
+        request_id: &str,
+        kind: &str,
     ) -> impl Future<Output = Result<Option<OperationRecord>, Self::Error>>;
 
     /// Sets the status and detail of a record inserted earlier in this
@@ -95,10 +103,9 @@ pub enum BarrierError<E> {
         /// What this call sent.
         received: String,
     },
-    /// The action arrived after its compensation (hanging protection).
-    #[error(
-        "request_id {request_id:?}: {kind} refused because it was already compensated (the compensation arrived first)"
-    )]
+    /// The action arrived after its compensation (hanging protection), or
+    /// was repeated after its compensation undid it.
+    #[error("request_id {request_id:?}: {kind} refused because it was already compensated")]
     AlreadyCompensated {
         /// The key.
         request_id: String,
@@ -201,6 +208,21 @@ pub async fn begin_action<T: HistoryTx>(
     };
     check_parameters(op, &existing)?;
     match existing.status {
+        // Applied once — and undone since? Then it is not "applied" any
+        // more: say so, as for an action that arrives after its
+        // compensation. (Only a repeat pays this read.)
+        RecordStatus::Applied
+            if tx
+                .get(op.request_id, op.compensation_kind)
+                .await
+                .map_err(BarrierError::Store)?
+                .is_some_and(|c| c.status == RecordStatus::Undone) =>
+        {
+            Err(BarrierError::AlreadyCompensated {
+                request_id: op.request_id.to_owned(),
+                kind: op.action_kind.to_owned(),
+            })
+        }
         RecordStatus::Applied => Ok(ActionGate::Replay(Recorded::Applied {
             detail: existing.detail,
         })),

@@ -117,6 +117,19 @@ impl HistoryTx for MongoHistory<'_> {
         before.as_ref().map(from_document).transpose()
     }
 
+    async fn get(
+        &mut self,
+        request_id: &str,
+        kind: &str,
+    ) -> Result<Option<OperationRecord>, Error> {
+        let found = self
+            .collection()
+            .find_one(doc! { "_id": id(request_id, kind) })
+            .session(&mut *self.session)
+            .await?;
+        found.as_ref().map(from_document).transpose()
+    }
+
     async fn set_status(
         &mut self,
         request_id: &str,

@@ -110,6 +110,14 @@ impl HistoryTx for SqliteHistory<'_> {
         get(self.conn, &r.request_id, &r.kind)
     }
 
+    async fn get(
+        &mut self,
+        request_id: &str,
+        kind: &str,
+    ) -> Result<Option<OperationRecord>, rusqlite::Error> {
+        get(self.conn, request_id, kind)
+    }
+
     async fn set_status(
         &mut self,
         request_id: &str,

@@ -357,10 +357,11 @@ async fn a_refund_undoes_a_charge_exactly_once_and_repeats_are_replayed() {
     assert!(again.replayed);
     assert_eq!(stack.balance("alice").await, 1_000, "no second refund");
 
-    // A late retry of the charge replays its recorded outcome; it does not
-    // charge again.
-    let late = charge(&mut pay, "order-1", "alice", 300).await.unwrap();
-    assert!(late.replayed);
+    // A late retry of the charge does not charge again, and does not say
+    // "applied" either: the charge was compensated since.
+    let late = charge(&mut pay, "order-1", "alice", 300).await.unwrap_err();
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    assert!(late.message().contains("already compensated"), "{late:?}");
     assert_eq!(stack.balance("alice").await, 1_000);
 
     assert_eq!(
@@ -428,8 +429,9 @@ async fn a_restock_puts_back_a_deduct_exactly_once_and_repeats_are_replayed() {
         "no second restock"
     );
 
-    let late = deduct(&mut inv, "order-1", &order).await.unwrap();
-    assert!(late.replayed);
+    let late = deduct(&mut inv, "order-1", &order).await.unwrap_err();
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    assert!(late.message().contains("already compensated"), "{late:?}");
     assert_eq!(
         (stack.stock("apple").await, stack.stock("pear").await),
         (10, 4),

@@ -282,18 +282,15 @@ pub async fn restock_puts_back_once_even_when_repeated(store: Store) {
     );
     assert_eq!(line_statuses(&store, "pear").await, vec!["restocked"]);
 
-    // A deduct retried after its restock replays its recorded outcome and
-    // takes nothing again.
+    // A deduct retried after its restock takes nothing again, and is told
+    // it was compensated since (not "applied").
     let late = store
         .deduct(order, Admission::Apply)
         .await
-        .expect("late deduct");
-    assert_eq!(
-        late,
-        ActionReply::Applied {
-            value: (),
-            replayed: true
-        }
+        .expect_err("late deduct");
+    assert!(
+        matches!(late, ParticipantError::AlreadyCompensated(_)),
+        "{late:?}"
     );
     assert_eq!(available(&store, "apple").await, Some(10));
 

@@ -1,7 +1,7 @@
 //! What every `PaymentStore` must do, whatever it stores in.
 
 use participant_kit::{
-    ActionReply, Admission, CompensationEffect, ParticipantError, RefusalReason,
+    ActionReply, Admission, CompensationEffect, ParticipantError, Refusal, RefusalReason,
 };
 use payment_svc::store::{PaymentStore, Transfer};
 use std::sync::Arc;
@@ -125,19 +125,26 @@ pub async fn refund_undoes_exactly_once_even_when_repeated_concurrently(store: S
     }
     assert_eq!(fresh, 1);
     assert_eq!(balance(&store, "alice").await, Some(1_000));
-    // A late duplicate of the charge replays; it does not charge again.
+    // A late duplicate of the charge does not charge again, and is told the
+    // charge was compensated since (not "applied").
     let late = store
         .charge(t("r1", "alice", 400), Admission::Apply)
         .await
-        .expect("late charge");
-    assert_eq!(
-        late,
-        ActionReply::Applied {
-            value: 600,
-            replayed: true
-        }
+        .expect_err("late charge");
+    assert!(
+        matches!(late, ParticipantError::AlreadyCompensated(_)),
+        "{late:?}"
     );
     assert_eq!(balance(&store, "alice").await, Some(1_000));
+    // So is an outside refusal of it.
+    let refused = store
+        .charge(
+            t("r1", "alice", 400),
+            Admission::Refuse(Refusal::new(RefusalReason::Insufficient, "injected")),
+        )
+        .await
+        .expect_err("late refused charge");
+    assert!(matches!(refused, ParticipantError::AlreadyCompensated(_)));
 }
 
 pub async fn null_compensation_blocks_the_late_charge(store: Store) {
@@ -308,7 +315,6 @@ pub async fn account_lists_recent_operations_newest_first(store: Store) {
 }
 
 pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) {
-    use participant_kit::Refusal;
     fund(&store, "erin", 1_000).await;
     let outside = || Refusal::new(RefusalReason::Insufficient, "injected business refusal");
     // Applied first (its reply lost, say): a later refusal replays "applied".
