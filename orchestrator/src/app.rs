@@ -35,21 +35,45 @@ impl NewOrder {
             .iter()
             .map(|i| (&i.product_id, i.quantity, i.unit_price_cents))
             .collect();
-        Fingerprint::of([
-            ("customer_id", self.customer_id.clone()),
-            ("items", format!("{items:?}")),
-        ])
+        Fingerprint::with_fields(
+            [
+                ("customer_id", self.customer_id.clone()),
+                ("items", format!("{items:?}")),
+            ],
+            order_fields(&self.customer_id, &self.items),
+        )
     }
+}
+
+/// An order's parameters as named fields, for saying which one a reused
+/// request id changed (`items[0].quantity: 3 recorded, 5 received`).
+fn order_fields(customer_id: &str, items: &[OrderItem]) -> Vec<(String, String)> {
+    let mut fields = vec![
+        ("customer_id".to_owned(), customer_id.to_owned()),
+        ("items".to_owned(), items.len().to_string()),
+    ];
+    for (i, item) in items.iter().enumerate() {
+        fields.push((format!("items[{i}].product_id"), item.product_id.clone()));
+        fields.push((format!("items[{i}].quantity"), item.quantity.to_string()));
+        fields.push((
+            format!("items[{i}].unit_price_cents"),
+            item.unit_price_cents.to_string(),
+        ));
+    }
+    fields
 }
 
 /// Why a use case failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    #[error(
-        "request_id {0:?} was reused with different parameters (customer or items differ from the saga it created)"
-    )]
     /// The request id has a saga with other parameters (ALREADY_EXISTS).
-    RequestIdReused(String),
+    #[error("request_id {request_id:?} was reused with different parameters: {difference}")]
+    RequestIdReused {
+        /// The reused key.
+        request_id: String,
+        /// Which field differs: `items[0].quantity: 3 recorded, 5 received`.
+        difference: String,
+    },
     #[error("{0}")]
     /// No such saga (NOT_FOUND).
     NotFound(String),
@@ -190,7 +214,14 @@ impl Orchestrator {
         wait_until: Option<Instant>,
     ) -> Result<Placed, AppError> {
         if existing.fingerprint != asked.fingerprint {
-            return Err(AppError::RequestIdReused(asked.request_id.clone()));
+            let recorded = order_fields(&existing.order.customer_id, &existing.order.items);
+            let asked_fields = order_fields(&asked.order.customer_id, &asked.order.items);
+            let difference = service_kit::fingerprint::first_difference(&recorded, &asked_fields)
+                .unwrap_or_else(|| "the parameters differ".to_owned());
+            return Err(AppError::RequestIdReused {
+                request_id: asked.request_id.clone(),
+                difference,
+            });
         }
         let saga = match wait_until {
             Some(deadline) => {

@@ -20,7 +20,7 @@ impl From<AppError> for Status {
     fn from(e: AppError) -> Status {
         let message = e.to_string();
         match e {
-            AppError::RequestIdReused(_) => Status::already_exists(message),
+            AppError::RequestIdReused { .. } => Status::already_exists(message),
             AppError::NotFound(_) => Status::not_found(message),
             AppError::NotRetryable(_) => Status::failed_precondition(message),
             AppError::Saturated(_) => Status::resource_exhausted(message),

@@ -91,17 +91,15 @@ pub enum BarrierError<E> {
     /// The request id was used before with different parameters. Refusing
     /// loudly (instead of replaying) surfaces a bug in the caller.
     #[error(
-        "request_id {request_id:?} was reused with different parameters (recorded {kind} {recorded}, this call {received})"
+        "request_id {request_id:?} was reused with different parameters ({kind}): {difference}"
     )]
     ParameterMismatch {
         /// The reused key.
         request_id: String,
         /// The operation kind whose record differs.
         kind: String,
-        /// What the record holds.
-        recorded: String,
-        /// What this call sent.
-        received: String,
+        /// Which field differs: `lines[0].quantity: 3 recorded, 5 received`.
+        difference: String,
     },
     /// The action arrived after its compensation (hanging protection), or
     /// was repeated after its compensation undid it.
@@ -341,8 +339,7 @@ fn check_parameters<E>(
     Err(BarrierError::ParameterMismatch {
         request_id: op.request_id.to_owned(),
         kind: recorded.kind.clone(),
-        recorded: recorded.parameters.clone(),
-        received: op.fingerprint.describe().to_owned(),
+        difference: op.fingerprint.difference(&recorded.parameters),
     })
 }
 

@@ -17,7 +17,8 @@ pub struct OperationRecord {
     pub amount: i64,
     /// Hex digest of the parameters ([`Fingerprint`](service_kit::fingerprint::Fingerprint)).
     pub fingerprint: String,
-    /// Readable parameters, for refusals that must say what differed.
+    /// The parameters as named fields (`Fingerprint::encode_fields`), for
+    /// refusals that must say which field differed.
     pub parameters: String,
     /// Where the operation stands.
     pub status: RecordStatus,
@@ -36,7 +37,7 @@ impl OperationRecord {
             subject: op.subject.to_owned(),
             amount: op.amount,
             fingerprint: op.fingerprint.as_str().to_owned(),
-            parameters: op.fingerprint.describe().to_owned(),
+            parameters: op.fingerprint.encode_fields(),
             status,
             detail: String::new(),
             recorded_at_ms: now_ms(),

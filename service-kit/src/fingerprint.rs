@@ -1,29 +1,55 @@
-//! A stable digest of an operation's parameters.
+//! A request's parameters, as an idempotency key must remember them.
 //!
-//! The barrier compares fingerprints to tell a true duplicate (same request
-//! id, same parameters: replay) from a reused request id (different
-//! parameters: refuse). The readable form is kept beside the digest so a
-//! refusal can say what differed.
+//! A repeated request id is either a true duplicate (same parameters:
+//! replay) or a reused key (different parameters: refuse). The digest
+//! decides which, cheaply; the parameters themselves are kept as named
+//! fields, so a refusal can say *which* field differs
+//! (`items[0].quantity: 3 recorded, 5 received`) instead of only "different
+//! parameters".
+//!
+//! The digest is computed over a compact description given by the caller
+//! (`name=value` pairs); that form is what earlier versions stored, so
+//! their records still compare equal after an upgrade. The named fields
+//! are stored beside it ([`Fingerprint::encode_fields`]) as a JSON array of
+//! `[name, value]` pairs, flattened (`lines`, `lines[0].product_id`, …).
 
 use sha2::{Digest, Sha256};
 
-/// Longest readable parameter description kept in a record; the digest
-/// always covers the full parameters.
+/// Longest readable description kept for display; the digest always covers
+/// the full description.
 const MAX_DESCRIPTION: usize = 256;
 
-/// Digest plus readable description of one operation's parameters.
+/// Digest, readable description and named fields of one request's
+/// parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
     digest: String,
     description: String,
+    fields: Vec<(String, String)>,
 }
 
 impl Fingerprint {
-    /// Builds a fingerprint from `name=value` pairs in a fixed order.
-    /// Callers list every parameter that defines the operation.
+    /// From `name=value` pairs in a fixed order; the same pairs are the
+    /// named fields. Callers list every parameter that defines the request.
     pub fn of<'a>(fields: impl IntoIterator<Item = (&'a str, String)>) -> Self {
+        let fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        Self::with_fields(
+            fields.iter().map(|(n, v)| (n.as_str(), v.clone())),
+            fields.clone(),
+        )
+    }
+
+    /// The digest over `digest_fields` (a compact form, e.g. a list as one
+    /// value), the named `fields` flattened for saying what differs.
+    pub fn with_fields<'a>(
+        digest_fields: impl IntoIterator<Item = (&'a str, String)>,
+        fields: Vec<(String, String)>,
+    ) -> Self {
         let mut description = String::new();
-        for (name, value) in fields {
+        for (name, value) in digest_fields {
             if !description.is_empty() {
                 description.push(' ');
             }
@@ -43,10 +69,11 @@ impl Fingerprint {
         Fingerprint {
             digest,
             description,
+            fields,
         }
     }
 
-    /// The hex digest stored in the operationHistory.
+    /// The hex digest that decides "same parameters".
     pub fn as_str(&self) -> &str {
         &self.digest
     }
@@ -55,11 +82,70 @@ impl Fingerprint {
     pub fn describe(&self) -> &str {
         &self.description
     }
+
+    /// The named fields.
+    pub fn fields(&self) -> &[(String, String)] {
+        &self.fields
+    }
+
+    /// The named fields as stored with a record (a JSON array of pairs).
+    pub fn encode_fields(&self) -> String {
+        serde_json::to_string(&self.fields).unwrap_or_default()
+    }
+
+    /// What differs between the parameters a record stored (`recorded`, as
+    /// [`Fingerprint::encode_fields`] wrote it, or the plain description an
+    /// older version stored) and these, for a refusal message.
+    pub fn difference(&self, recorded: &str) -> String {
+        match serde_json::from_str::<Vec<(String, String)>>(recorded) {
+            Ok(recorded) => first_difference(&recorded, &self.fields)
+                .unwrap_or_else(|| "the parameters differ".to_owned()),
+            Err(_) => format!("{recorded} recorded, {} received", self.describe()),
+        }
+    }
+}
+
+/// The first field (in the order the fields were listed) whose value
+/// differs between `recorded` and `received`, as `name: recorded-value
+/// recorded, received-value received` (`absent` for a missing field).
+pub fn first_difference(
+    recorded: &[(String, String)],
+    received: &[(String, String)],
+) -> Option<String> {
+    let lookup = |fields: &[(String, String)], name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let names = recorded
+        .iter()
+        .chain(received)
+        .map(|(name, _)| name.as_str());
+    for name in names {
+        let (old, new) = (lookup(recorded, name), lookup(received, name));
+        if old != new {
+            let shown = |v: Option<String>| v.unwrap_or_else(|| "absent".to_owned());
+            return Some(format!(
+                "{name}: {} recorded, {} received",
+                shown(old),
+                shown(new)
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect()
+    }
 
     #[test]
     fn equal_parameters_give_equal_digests_and_different_ones_differ() {
@@ -78,6 +164,12 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a.as_str(), c.as_str());
         assert_eq!(a.describe(), "customer_id=alice amount_cents=100");
+        // The digest is the one earlier versions stored for these
+        // parameters: sha256("customer_id=alice amount_cents=100").
+        assert_eq!(
+            a.as_str(),
+            hex::encode(Sha256::digest(b"customer_id=alice amount_cents=100"))
+        );
     }
 
     #[test]
@@ -87,5 +179,46 @@ mod tests {
         let b = Fingerprint::of([("lines", format!("{long}y"))]);
         assert!(a.describe().len() <= MAX_DESCRIPTION + '…'.len_utf8());
         assert_ne!(a.as_str(), b.as_str());
+    }
+
+    #[test]
+    fn the_difference_names_the_first_field_that_differs() {
+        let recorded = Fingerprint::with_fields(
+            [("lines", "[(a, 3)]".into())],
+            fields(&[
+                ("lines", "1"),
+                ("lines[0].product_id", "a"),
+                ("lines[0].quantity", "3"),
+            ]),
+        );
+        let received = Fingerprint::with_fields(
+            [("lines", "[(a, 5)]".into())],
+            fields(&[
+                ("lines", "1"),
+                ("lines[0].product_id", "a"),
+                ("lines[0].quantity", "5"),
+            ]),
+        );
+        assert_eq!(
+            received.difference(&recorded.encode_fields()),
+            "lines[0].quantity: 3 recorded, 5 received"
+        );
+        let longer = Fingerprint::with_fields(
+            [("lines", "x".into())],
+            fields(&[("lines", "2"), ("lines[1].product_id", "b")]),
+        );
+        assert_eq!(
+            longer.difference(&recorded.encode_fields()),
+            "lines: 1 recorded, 2 received"
+        );
+        assert_eq!(
+            first_difference(&fields(&[("a", "1")]), &fields(&[("a", "1"), ("b", "2")])),
+            Some("b: absent recorded, 2 received".to_owned())
+        );
+        // A record from before the named fields were kept.
+        assert_eq!(
+            received.difference("lines=[(a, 3)]"),
+            "lines=[(a, 3)] recorded, lines=[(a, 5)] received"
+        );
     }
 }

@@ -600,12 +600,12 @@ async fn reusing_a_charge_request_id_with_different_parameters_is_refused() {
         charge(&mut pay, "order-1", "alice", 400).await,
         Code::AlreadyExists,
     );
-    assert_mentions(&other_amount, "different parameters");
+    assert_mentions(&other_amount, "amount_cents: 300 recorded, 400 received");
     let other_customer = refused(
         charge(&mut pay, "order-1", "bob", 300).await,
         Code::AlreadyExists,
     );
-    assert_mentions(&other_customer, "different parameters");
+    assert_mentions(&other_customer, "customer_id: alice recorded, bob received");
     assert_eq!(stack.balance("alice").await, 700);
     assert_eq!(stack.balance("bob").await, 1_000);
 
@@ -615,12 +615,12 @@ async fn reusing_a_charge_request_id_with_different_parameters_is_refused() {
         refund(&mut pay, "order-1", "alice", 400).await,
         Code::AlreadyExists,
     );
-    assert_mentions(&wrong_refund, "different parameters");
+    assert_mentions(&wrong_refund, "amount_cents: 300 recorded, 400 received");
     let wrong_customer = refused(
         refund(&mut pay, "order-1", "bob", 300).await,
         Code::AlreadyExists,
     );
-    assert_mentions(&wrong_customer, "different parameters");
+    assert_mentions(&wrong_customer, "customer_id: alice recorded, bob received");
     assert_eq!(stack.balance("alice").await, 700);
     assert_eq!(stack.balance("bob").await, 1_000);
 
@@ -638,28 +638,46 @@ async fn reusing_a_deduct_request_id_with_different_lines_is_refused() {
     stack.add_stock("pear", 10).await;
     deduct(&mut inv, "order-1", &[("apple", 2)]).await.unwrap();
 
-    for other in [
-        vec![("apple", 3)],
-        vec![("pear", 2)],
-        vec![("apple", 2), ("pear", 1)],
+    for (other, field) in [
+        (
+            vec![("apple", 3)],
+            "lines[0].quantity: 2 recorded, 3 received",
+        ),
+        (
+            vec![("pear", 2)],
+            "lines[0].product_id: apple recorded, pear received",
+        ),
+        (
+            vec![("apple", 2), ("pear", 1)],
+            "lines: 1 recorded, 2 received",
+        ),
     ] {
         let status = refused(
             deduct(&mut inv, "order-1", &other).await,
             Code::AlreadyExists,
         );
-        assert_mentions(&status, "different parameters");
+        assert_mentions(&status, field);
     }
     assert_eq!(
         (stack.stock("apple").await, stack.stock("pear").await),
         (8, 10)
     );
 
-    for other in [vec![("apple", 5)], vec![("apple", 2), ("pear", 1)]] {
+    for (other, field) in [
+        (
+            vec![("apple", 5)],
+            "lines[0].quantity: 2 recorded, 5 received",
+        ),
+        (
+            vec![("apple", 2), ("pear", 1)],
+            "lines: 1 recorded, 2 received",
+        ),
+    ] {
         let status = refused(
             restock(&mut inv, "order-1", &other).await,
             Code::AlreadyExists,
         );
-        assert_mentions(&status, "different parameters");
+        assert_mentions(&status, field);
     }
     assert_eq!(
         (stack.stock("apple").await, stack.stock("pear").await),

@@ -250,27 +250,42 @@ async fn reused_request_id_with_different_parameters_is_refused(stack: Stack) {
         .await
         .expect("first");
 
-    for items in [
-        &[("sku-apple", 2, 100)][..],
-        &[("sku-apple", 1, 101)],
-        &[("sku-pear", 1, 100)],
+    for (items, field) in [
+        (
+            &[("sku-apple", 2, 100)][..],
+            "items[0].quantity: 1 recorded, 2 received",
+        ),
+        (
+            &[("sku-apple", 1, 101)],
+            "items[0].unit_price_cents: 100 recorded, 101 received",
+        ),
+        (
+            &[("sku-pear", 1, 100)],
+            "items[0].product_id: sku-apple recorded, sku-pear received",
+        ),
+        (
+            &[("sku-apple", 1, 100), ("sku-pear", 1, 1)],
+            "items: 1 recorded, 2 received",
+        ),
     ] {
         let err = stack
             .order("reuse", "alice", items)
             .await
             .expect_err("reuse refused");
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
-        assert!(
-            err.message().contains("different parameters"),
-            "{}",
-            err.message()
-        );
+        assert!(err.message().contains(field), "{}", err.message());
     }
     let err = stack
         .order("reuse", "bob", &[("sku-apple", 1, 100)])
         .await
         .expect_err("reuse refused");
     assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    assert!(
+        err.message()
+            .contains("customer_id: alice recorded, bob received"),
+        "{}",
+        err.message()
+    );
     assert_eq!(stack.balance("alice").await, 9_900);
     stack.stop().await;
 }

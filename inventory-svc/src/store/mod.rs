@@ -47,14 +47,20 @@ pub struct Deduction {
 
 impl Deduction {
     /// The parameters a duplicate (and the compensation) must repeat
-    /// exactly: the ordered list of `(product_id, quantity)`.
+    /// exactly: the ordered list of `(product_id, quantity)`, kept line by
+    /// line so a mismatch names the line.
     pub fn fingerprint(&self) -> Fingerprint {
         let lines: Vec<(&str, i64)> = self
             .lines
             .iter()
             .map(|l| (l.product_id.as_str(), l.quantity))
             .collect();
-        Fingerprint::of([("lines", format!("{lines:?}"))])
+        let mut fields = vec![("lines".to_owned(), self.lines.len().to_string())];
+        for (i, line) in self.lines.iter().enumerate() {
+            fields.push((format!("lines[{i}].product_id"), line.product_id.clone()));
+            fields.push((format!("lines[{i}].quantity"), line.quantity.to_string()));
+        }
+        Fingerprint::with_fields([("lines", format!("{lines:?}"))], fields)
     }
 
     /// Units over all lines; `None` when the sum does not fit in an int64.
