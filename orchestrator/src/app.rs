@@ -25,6 +25,8 @@ pub struct NewOrder {
     pub items: Vec<OrderItem>,
     /// Σ quantity × unit price, checked for overflow.
     pub total_cents: i64,
+    /// The caller's W3C trace id (from `traceparent`), if it sent one.
+    pub trace_id: Option<String>,
 }
 
 impl NewOrder {
@@ -178,6 +180,7 @@ impl Orchestrator {
         );
         saga.version = 1;
         saga.lease = Some(self.executor.new_lease());
+        saga.client_trace_id = order.trace_id;
         // A place among the in-flight sagas is reserved before anything is
         // stored, so a refusal at the cap leaves no trace. (A duplicate of an
         // existing saga needs no place: it is answered from the store.)

@@ -62,6 +62,7 @@ pub fn new_order(r: pb::CreateOrderRequest) -> Result<NewOrder, Status> {
         customer_id: r.customer_id,
         items,
         total_cents: total,
+        trace_id: None,
     })
 }
 
@@ -178,7 +179,9 @@ fn order(o: Order) -> pb::Order {
 
 /// A saga on the wire.
 pub fn saga(s: Saga) -> pb::Saga {
+    let trace_id = s.trace_id();
     pb::Saga {
+        trace_id,
         saga_id: s.saga_id,
         request_id: s.request_id,
         status: saga_status(s.status).into(),

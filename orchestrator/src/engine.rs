@@ -116,6 +116,7 @@ pub fn start(
         updated_at_ms: now_ms,
         version: 0,
         lease: None,
+        client_trace_id: None,
     };
     saga.history.push(Transition {
         at_ms: now_ms,

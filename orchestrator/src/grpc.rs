@@ -2,7 +2,7 @@
 //! They validate and convert (see [`crate::convert`]) and map errors to
 //! status codes; the use cases live in [`crate::app`].
 
-use crate::app::{AppError, Orchestrator};
+use crate::app::{AppError, NewOrder, Orchestrator};
 use crate::convert;
 use saga_proto::saga::v1 as pb;
 use service_kit::validate;
@@ -78,9 +78,13 @@ impl pb::order_service_server::OrderService for OrderApi {
             })
             .unwrap_or(self.max_wait)
             .min(self.max_wait);
+        let trace_id = service_kit::trace::trace_id(request.metadata());
         let r = request.into_inner();
         let wait = r.wait;
-        let order = convert::new_order(r)?;
+        let order = NewOrder {
+            trace_id,
+            ..convert::new_order(r)?
+        };
         let wait_until = wait.then(|| Instant::now() + wait_for);
         let placed = self.app.create_order(order, wait_until).await?;
         let saga = placed.saga;

@@ -187,6 +187,11 @@ pub struct Saga {
     /// once terminal (or released at shutdown).
     #[serde(default)]
     pub lease: Option<Lease>,
+    /// The W3C trace id of the CreateOrder call that started the saga, when
+    /// its caller sent a `traceparent`: the saga continues the caller's
+    /// trace (see [`Saga::trace_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_trace_id: Option<String>,
 }
 
 /// A time-limited claim on driving one saga, kept in the store. The owner
@@ -218,9 +223,14 @@ impl Saga {
     }
 
     /// The saga's W3C trace id, which joins its log lines across the three
-    /// services: its UUID's 32 hex digits (anything that is not a UUID is
-    /// hashed into 32 hex digits).
+    /// services and every restart: the caller's, when CreateOrder carried a
+    /// `traceparent` (the client's trace wins, so the saga shows up in it);
+    /// otherwise the saga id's 32 hex digits (anything that is not a UUID
+    /// is hashed into 32 hex digits).
     pub fn trace_id(&self) -> String {
+        if let Some(client) = &self.client_trace_id {
+            return client.clone();
+        }
         match uuid::Uuid::parse_str(&self.saga_id) {
             Ok(id) => id.simple().to_string(),
             Err(_) => {

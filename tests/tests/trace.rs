@@ -1,12 +1,13 @@
 //! One saga's log lines join up across the three services.
 //!
-//! The orchestrator sends W3C `traceparent` with every participant call
-//! (trace id = the saga id's 32 hex digits) and the participants put the
-//! trace id into the span of the call they serve. This test binary captures
-//! every JSON log line of the in-process [`Stack`] in memory, runs a
-//! completed and a compensated order, and checks that the orchestrator's
-//! lines for each saga and both participants' lines for its calls carry the
-//! same `trace_id`.
+//! The orchestrator sends W3C `traceparent` with every participant call and
+//! the participants put the trace id into the span of the call they serve.
+//! The trace id is the CreateOrder caller's when it sent a `traceparent`
+//! (the client's trace wins: the saga joins it), else the saga id's 32 hex
+//! digits. This test binary captures every JSON log line of the in-process
+//! [`Stack`] in memory, runs a completed, a compensated and a client-traced
+//! order, and checks that the orchestrator's lines for each saga and both
+//! participants' lines for its calls carry the expected `trace_id`.
 //!
 //! The subscriber is global to the process, so this file holds one test.
 
@@ -157,10 +158,43 @@ async fn one_sagas_lines_join_up_across_the_three_services() {
         .await
         .expect("order");
     assert_eq!(compensated.status(), saga::SagaStatus::Cancelled);
+    // A caller that sends its own traceparent: the saga continues the
+    // caller's trace (its trace id differs from the saga id's).
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut request = tonic::Request::new(saga_tests::order_request(
+        "t-traced",
+        "alice",
+        &[("sku-apple", 1, 150)],
+        true,
+    ));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{client_trace}-00f067aa0ba902b7-01")
+            .parse()
+            .expect("header"),
+    );
+    let traced = stack
+        .orders()
+        .await
+        .create_order(request)
+        .await
+        .expect("order")
+        .into_inner();
+    assert_eq!(traced.status(), saga::SagaStatus::Completed);
+    assert_eq!(
+        traced.saga.as_ref().map(|s| s.trace_id.as_str()),
+        Some(client_trace),
+        "GetSaga shows the trace the saga joined"
+    );
+    assert_ne!(traced.saga_id.replace('-', ""), client_trace);
 
     // "saga finished" is logged when the saga's task ends, which may be just
     // after the reply.
-    let ids = [completed.saga_id.clone(), compensated.saga_id.clone()];
+    let ids = [
+        completed.saga_id.clone(),
+        compensated.saga_id.clone(),
+        traced.saga_id.clone(),
+    ];
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let lines = loop {
         let lines = logs.lines();
@@ -183,12 +217,25 @@ async fn one_sagas_lines_join_up_across_the_three_services() {
             .join("\n")
     };
 
-    for (saga_id, calls) in [
-        (&completed.saga_id, &["charge", "deduct"][..]),
-        (&compensated.saga_id, &["charge", "deduct", "refund"][..]),
+    let own = |id: &str| id.replace('-', "");
+    for (saga_id, expected, calls) in [
+        (
+            &completed.saga_id,
+            own(&completed.saga_id),
+            &["charge", "deduct"][..],
+        ),
+        (
+            &compensated.saga_id,
+            own(&compensated.saga_id),
+            &["charge", "deduct", "refund"][..],
+        ),
+        (
+            &traced.saga_id,
+            client_trace.to_owned(),
+            &["charge", "deduct"][..],
+        ),
     ] {
-        let expected = saga_id.replace('-', "");
-        assert_eq!(expected.len(), 32, "saga ids are UUIDs");
+        assert_eq!(expected.len(), 32, "trace ids are 32 hex digits");
         let found = saga_lines(&lines, saga_id);
 
         assert!(
