@@ -80,12 +80,24 @@ pub fn status_filter(value: i32) -> Result<Option<SagaStatus>, Status> {
     })
 }
 
-/// Page tokens are opaque to clients: base64 of `<created_at_ms>:<saga_id>`.
+/// Page tokens are opaque to clients: base64 of
+/// `<created_at_ms>:<saga_id>:<check>`, where `check` is 16 hex digits of
+/// a SHA-256 over the rest, so an edited or truncated token is refused
+/// rather than silently listing from somewhere else. (It is a checksum,
+/// not a secret: a token only positions a listing the caller may read
+/// anyway.)
 pub fn encode_cursor(cursor: &Cursor) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}:{}", cursor.created_at_ms, cursor.saga_id))
+    let body = format!("{}:{}", cursor.created_at_ms, cursor.saga_id);
+    URL_SAFE_NO_PAD.encode(format!("{body}:{}", check(&body)))
 }
 
-/// Reads a ListSagas page token (INVALID_ARGUMENT naming `page_token` when it is not one).
+fn check(body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(format!("saga.v1 page token {body}").as_bytes())[..8])
+}
+
+/// Reads a ListSagas page token (INVALID_ARGUMENT naming `page_token` when
+/// it is not one, or was edited).
 pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
     if token.is_empty() {
         return Ok(None);
@@ -93,7 +105,11 @@ pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
     let bad = || validate::invalid("page_token", "not a token returned by ListSagas");
     let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
     let raw = String::from_utf8(raw).map_err(|_| bad())?;
-    let (ms, saga_id) = raw.split_once(':').ok_or_else(bad)?;
+    let (body, sum) = raw.rsplit_once(':').ok_or_else(bad)?;
+    if sum != check(body) {
+        return Err(bad());
+    }
+    let (ms, saga_id) = body.split_once(':').ok_or_else(bad)?;
     let created_at_ms = ms.parse().map_err(|_| bad())?;
     if saga_id.is_empty() || saga_id.len() > validate::MAX_ID_BYTES {
         return Err(bad());
@@ -266,9 +282,19 @@ mod tests {
             created_at_ms: 42,
             saga_id: "abc".into(),
         };
-        assert_eq!(decode_cursor(&encode_cursor(&c)).unwrap(), Some(c));
+        assert_eq!(decode_cursor(&encode_cursor(&c)).unwrap(), Some(c.clone()));
         assert_eq!(decode_cursor("").unwrap(), None);
-        for bad in ["!!!", "bm9jb2xvbg", &URL_SAFE_NO_PAD.encode("x:abc")] {
+        // Decodes, but edited: another position with the old check.
+        let raw = String::from_utf8(URL_SAFE_NO_PAD.decode(encode_cursor(&c)).unwrap()).unwrap();
+        let edited = URL_SAFE_NO_PAD.encode(raw.replacen("42:", "41:", 1));
+        let unchecked = URL_SAFE_NO_PAD.encode("42:abc");
+        for bad in [
+            "!!!",
+            "bm9jb2xvbg",
+            &URL_SAFE_NO_PAD.encode("x:abc"),
+            &edited,
+            &unchecked,
+        ] {
             assert_eq!(field_of(decode_cursor(bad).unwrap_err()), "page_token");
         }
     }
