@@ -1,12 +1,14 @@
 //! The embedded store loses no acknowledged write when the process is
 //! killed with SIGKILL: the real binary is started, loaded with concurrent
-//! deposits, killed mid-stream, and restarted on the same data directory.
+//! deposits, killed mid-stream — once a given number of writes were
+//! acknowledged, not after a number of milliseconds — and restarted on the
+//! same data directory.
 
 use saga_proto::payment::v1 as pb;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tonic::transport::Channel;
 
@@ -17,16 +19,35 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
-fn start(dir: &std::path::Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_payment-svc"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(dir)
-        .env("RUST_LOG", "warn")
-        .env("NO_METRICS", "true")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn payment-svc")
+/// The payment-svc process; SIGKILLed when dropped, so a failing test
+/// leaves nothing running.
+struct Service(Child);
+
+impl Service {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn start(dir: &std::path::Path, port: u16) -> Service {
+    Service(
+        Command::new(env!("CARGO_BIN_EXE_payment-svc"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(dir)
+            .env("RUST_LOG", "warn")
+            .env("NO_METRICS", "true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn payment-svc"),
+    )
 }
 
 async fn connect(port: u16) -> PaymentServiceClient<Channel> {
@@ -59,11 +80,16 @@ async fn acknowledged_deposits_survive_sigkill() {
     // 16 writers deposit 1 cent each with distinct request ids until killed.
     const WRITERS: usize = 16;
     const PER_WRITER: usize = 10_000;
+    /// Acknowledged writes before the kill: enough group commits that the
+    /// kill lands in the middle of steady load.
+    const KILL_AFTER: usize = 500;
     let stop = Arc::new(AtomicBool::new(false));
+    let acks = Arc::new(AtomicUsize::new(0));
     let mut writers = Vec::new();
     for w in 0..WRITERS {
         let mut client = client.clone();
         let stop = stop.clone();
+        let acks = acks.clone();
         writers.push(tokio::spawn(async move {
             let mut acknowledged = Vec::new();
             for n in 0..PER_WRITER {
@@ -72,26 +98,32 @@ async fn acknowledged_deposits_survive_sigkill() {
                 }
                 let i = w * PER_WRITER + n;
                 match client.deposit(deposit(i)).await {
-                    Ok(_) => acknowledged.push(i),
+                    Ok(_) => {
+                        acknowledged.push(i);
+                        acks.fetch_add(1, Ordering::Relaxed);
+                    }
                     Err(_) => break,
                 }
             }
             acknowledged
         }));
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while acks.load(Ordering::Relaxed) < KILL_AFTER {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} deposits acknowledged in 60 s",
+            acks.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    child.kill();
     stop.store(true, Ordering::Relaxed);
     let mut acknowledged = Vec::new();
     for w in writers {
         acknowledged.extend(w.await.expect("writer"));
     }
-    assert!(
-        acknowledged.len() > 100,
-        "load was applied before the kill ({})",
-        acknowledged.len()
-    );
+    assert!(acknowledged.len() >= KILL_AFTER);
 
     let mut child = start(dir.path(), port);
     let mut client = connect(port).await;
@@ -120,7 +152,6 @@ async fn acknowledged_deposits_survive_sigkill() {
             .into_inner();
         assert!(reply.replayed, "deposit {i} was not recorded");
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    child.kill();
     println!("kill -9: {acked} acknowledged deposits, balance after restart {balance}");
 }
