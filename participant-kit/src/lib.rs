@@ -24,6 +24,9 @@
 //! - [`pipeline`]: the path of every mutating call — timer, span, faults,
 //!   store, metrics, reply — and [`Kit`], what a participant's gRPC adapter
 //!   holds.
+//! - [`history_service`]: `participant.v1.OperationHistoryService` — what
+//!   was recorded under one request id ([`OperationLog`], which every
+//!   participant's store provides), served by [`Kit::serve`].
 //! - [`faults`]: fault injection (`faults.v1`): latency, transient errors,
 //!   refusals, lost replies; seeded and deterministic.
 //! - [`wire`]: `participant.v1` conversions both adapters use.
@@ -35,6 +38,7 @@
 pub mod barrier;
 pub mod config;
 pub mod faults;
+pub mod history_service;
 pub mod metrics;
 pub mod mongo;
 pub mod outcome;
@@ -50,9 +54,10 @@ pub use barrier::{
     Operation, Recorded, begin_action, begin_compensation, finish_action, finish_compensation,
 };
 pub use config::{ParticipantConfig, ParticipantDefaults};
+pub use history_service::OperationLog;
 pub use outcome::{ActionReply, Admission, Failure, ParticipantError, Refusal, RefusalReason};
 pub use pipeline::{Call, Kit};
-pub use record::{OperationRecord, RecordStatus};
+pub use record::{LoggedOperation, OperationRecord, RecordStatus};
 pub use reply::{finish, refuse, replay};
 pub use startup::{Participant, main};
 
@@ -64,6 +69,7 @@ pub mod __private {
     pub use service_kit::metrics::MetricsDefaults;
     pub use service_kit::server::ServeError;
     pub use service_kit::shutdown::Shutdown;
+    pub use std::sync::Arc;
     pub use tokio::net::TcpListener;
     pub use tonic::Code;
     pub use tonic::server::NamedService;

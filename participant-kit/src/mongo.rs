@@ -155,6 +155,20 @@ impl HistoryTx for MongoHistory<'_> {
     }
 }
 
+/// Every record under `request_id` (one per kind), oldest first — what
+/// `ListOperations` shows. Served by the unique `(request_id, kind)` index.
+pub async fn records_of(db: &Database, request_id: &str) -> Result<Vec<OperationRecord>, Error> {
+    use futures::TryStreamExt;
+    let docs: Vec<Document> = db
+        .collection::<Document>(COLLECTION)
+        .find(doc! { "request_id": request_id })
+        .sort(doc! { "recorded_at_ms": 1, "kind": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    docs.iter().map(from_document).collect()
+}
+
 /// The most recent records about one subject, newest first.
 pub async fn recent_for_subject(
     db: &Database,

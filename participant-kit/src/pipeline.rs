@@ -25,6 +25,7 @@
 //! so that the line carries the participant's own log target.
 
 use crate::faults::{self, CallKind, Faults};
+use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
 use crate::{CompensationResult, metrics};
 use service_kit::metrics::CallTimer;
@@ -97,7 +98,7 @@ impl Kit {
         Ok(call)
     }
 
-    /// Times a read (GetAccount, GetProduct), which needs the service or the
+    /// Times a read (GetAccount, GetProduct, ListOperations), which needs the service or the
     /// admin token once either is configured. Never faulted, never counted
     /// as an operation.
     pub fn read<T>(&self, rpc: &'static str, request: &Request<T>) -> Result<CallTimer, Status> {
@@ -121,19 +122,23 @@ impl Kit {
     }
 
     /// Serves `routes` (the participant's own service, named `service`)
-    /// plus the `faults.v1` admin API, reflection and health on `listener`
-    /// until `shutdown` fires.
+    /// plus `participant.v1.OperationHistoryService` over `log`, the
+    /// `faults.v1` admin API, reflection and health on `listener` until
+    /// `shutdown` fires.
     pub async fn serve(
         &self,
         routes: Routes,
         service: &'static str,
+        log: Arc<dyn OperationLog>,
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> Result<(), ServeError> {
-        let routes = routes.add_service(faults::service_with(self.faults.clone(), &self.options));
+        let routes = routes
+            .add_service(history_service::service(log, self))
+            .add_service(faults::service_with(self.faults.clone(), &self.options));
         let routes = service_kit::server::with_standard_services(
             routes,
-            &[service, faults::SERVICE_NAME],
+            &[service, history_service::SERVICE_NAME, faults::SERVICE_NAME],
             self.options.max_request_bytes,
         )
         .await?;

@@ -93,3 +93,43 @@ impl RecordStatus {
         })
     }
 }
+
+/// One entry a participant lists for a request id (`ListOperations`): an
+/// operationHistory record, or an order line recorded under that request id
+/// (inventory's deducted lines, with their index). What people read, so
+/// statuses are their stored words and no fingerprint is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedOperation {
+    /// The caller's idempotency key.
+    pub request_id: String,
+    /// `charge`, `refund`, `deduct`, `restock`, …
+    pub kind: String,
+    /// A [`RecordStatus`] word, or `deducted`/`restocked` for an order line.
+    pub status: String,
+    /// Cents or units.
+    pub amount: i64,
+    /// The recorded detail (a refusal's reason, a balance).
+    pub detail: String,
+    /// Milliseconds since the Unix epoch.
+    pub recorded_at_ms: i64,
+    /// The order line (order lines only).
+    pub line_index: Option<i32>,
+    /// The account or product concerned (empty for an operation on several
+    /// products).
+    pub subject: String,
+}
+
+impl From<OperationRecord> for LoggedOperation {
+    fn from(r: OperationRecord) -> Self {
+        LoggedOperation {
+            request_id: r.request_id,
+            kind: r.kind,
+            status: r.status.as_str().to_owned(),
+            amount: r.amount,
+            detail: r.detail,
+            recorded_at_ms: r.recorded_at_ms,
+            line_index: None,
+            subject: r.subject,
+        }
+    }
+}

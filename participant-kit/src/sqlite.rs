@@ -152,6 +152,20 @@ pub fn get(
     .optional()
 }
 
+/// Every record under `request_id` (one per kind), oldest first — what
+/// `ListOperations` shows. Served by the primary key `(request_id, kind)`.
+pub fn records_of(
+    conn: &Connection,
+    request_id: &str,
+) -> Result<Vec<OperationRecord>, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM operation_history WHERE request_id = ?1
+         ORDER BY recorded_at_ms, kind"
+    ))?;
+    let rows = stmt.query_map([request_id], from_row)?;
+    rows.collect()
+}
+
 /// The most recent records about one subject (account or product), newest
 /// first.
 pub fn recent_for_subject(

@@ -114,10 +114,12 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
 /// [`participant_defaults!`](crate::participant_defaults)), its store trait
 /// and the embedded and MongoDB types implementing it, and its gRPC service
 /// (the generated server type and the adapter it wraps, whose constructor
-/// is `new(store, kit)`). Expands to the marker type, its [`Participant`]
-/// impl and a `pub async fn serve(store, kit, listener, shutdown)` that
-/// serves the service (with the `faults.v1` admin API, reflection and
-/// health) until `shutdown` fires.
+/// is `new(store, kit)`). The store trait must extend
+/// [`OperationLog`](crate::OperationLog). Expands to the marker type, its
+/// [`Participant`] impl and a `pub async fn serve(store, kit, listener,
+/// shutdown)` that serves the service (with `OperationHistoryService` over
+/// the store, the `faults.v1` admin API, reflection and health) until
+/// `shutdown` fires.
 #[macro_export]
 macro_rules! participant {
     (
@@ -177,18 +179,20 @@ macro_rules! participant {
         }
 
         /// Serves this participant's gRPC service over `store` (with `kit`'s
-        /// faults, TLS, tokens and limits, plus the `faults.v1` admin API,
-        /// reflection and health) on `listener` until `shutdown` fires.
+        /// faults, TLS, tokens and limits, plus `OperationHistoryService`
+        /// over the same store, the `faults.v1` admin API, reflection and
+        /// health) on `listener` until `shutdown` fires.
         pub async fn serve(
             store: ::std::sync::Arc<$store>,
             kit: $crate::Kit,
             listener: $crate::__private::TcpListener,
             shutdown: $crate::__private::Shutdown,
         ) -> Result<(), $crate::__private::ServeError> {
-            let api = $server::new(<$api>::new(store, kit.clone()))
+            let api = $server::new(<$api>::new(store.clone(), kit.clone()))
                 .max_decoding_message_size(kit.max_request_bytes());
             let name = <$server<$api> as $crate::__private::NamedService>::NAME;
-            kit.serve($crate::__private::Routes::new(api), name, listener, shutdown)
+            let log: $crate::__private::Arc<dyn $crate::OperationLog> = store;
+            kit.serve($crate::__private::Routes::new(api), name, log, listener, shutdown)
                 .await
         }
     };

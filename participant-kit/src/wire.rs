@@ -1,7 +1,7 @@
 //! `participant.v1` conversions both participants' adapters use: the effect
-//! of a compensation and one operationHistory entry.
+//! of a compensation and one operationHistory entry (or listed operation).
 
-use crate::record::OperationRecord;
+use crate::record::{LoggedOperation, OperationRecord};
 use crate::{CompensationEffect, CompensationResult};
 use saga_proto::participant::v1 as pb;
 use service_kit::time::timestamp;
@@ -31,14 +31,19 @@ pub fn effect(result: &CompensationResult) -> i32 {
 
 /// An operationHistory record as the wire shows it.
 pub fn operation(r: OperationRecord) -> pb::Operation {
+    logged(r.into())
+}
+
+/// A listed operation (a record or an order line) as the wire shows it.
+pub fn logged(o: LoggedOperation) -> pb::Operation {
     pb::Operation {
-        request_id: r.request_id,
-        kind: r.kind,
-        status: r.status.as_str().to_owned(),
-        amount: r.amount,
-        detail: r.detail,
-        recorded_at: Some(timestamp(r.recorded_at_ms)),
-        line_index: None,
-        subject: r.subject,
+        request_id: o.request_id,
+        kind: o.kind,
+        status: o.status,
+        amount: o.amount,
+        detail: o.detail,
+        recorded_at: Some(timestamp(o.recorded_at_ms)),
+        line_index: o.line_index,
+        subject: o.subject,
     }
 }

@@ -20,8 +20,9 @@ pub mod saga {
     }
 }
 
-/// `participant.v1`: messages every participant shares (the effect of a
-/// compensation, one operationHistory entry).
+/// `participant.v1`: what every participant shares (the effect of a
+/// compensation, one operationHistory entry, and the
+/// `OperationHistoryService` that lists a request id's records).
 pub mod participant {
     /// Version 1.
     #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them

@@ -15,7 +15,8 @@ pub use sqlite::SqliteInventoryStore;
 
 use async_trait::async_trait;
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, OperationRecord, ParticipantError,
+    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, OperationRecord,
+    ParticipantError,
 };
 use service_kit::fingerprint::Fingerprint;
 
@@ -127,6 +128,37 @@ impl From<OperationRecord> for ProductOperation {
     }
 }
 
+impl ProductOperation {
+    /// This operation as `ListOperations` lists it, about `product_id`
+    /// (for a deducted line: kind `deduct`, status `deducted`/`restocked`,
+    /// its line index).
+    pub fn logged(self, product_id: String) -> LoggedOperation {
+        LoggedOperation {
+            request_id: self.request_id,
+            kind: self.kind,
+            status: self.status,
+            amount: self.quantity,
+            detail: self.detail,
+            recorded_at_ms: self.recorded_at_ms,
+            line_index: self.line_index,
+            subject: product_id,
+        }
+    }
+}
+
+/// A request id's listing: its operationHistory records, then its order
+/// lines by index.
+pub fn logged_operations(
+    records: Vec<OperationRecord>,
+    lines: Vec<LoggedOperation>,
+) -> Vec<LoggedOperation> {
+    records
+        .into_iter()
+        .map(LoggedOperation::from)
+        .chain(lines)
+        .collect()
+}
+
 /// Availability and recent history of one product.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProductView {
@@ -166,9 +198,11 @@ impl ProductView {
     }
 }
 
-/// The inventory participant's storage.
+/// The inventory participant's storage. Its [`OperationLog`] lists a
+/// request id's operationHistory records and then its deducted order lines
+/// (`ListOperations`).
 #[async_trait]
-pub trait InventoryStore: Send + Sync + 'static {
+pub trait InventoryStore: OperationLog + Send + Sync + 'static {
     /// Takes every line, or nothing: refused when a product is unknown or
     /// short (quantities of repeated products are added up first), or when
     /// `admission` says so (through the barrier: a deduction already

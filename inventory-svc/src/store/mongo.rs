@@ -27,7 +27,9 @@ use mongo_client::{duplicate_key, index, int64};
 use mongodb::Database;
 use mongodb::error::Error;
 use participant_kit::mongo::{self as history, MongoHistory, unavailable};
-use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
+use participant_kit::{
+    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+};
 
 const PRODUCTS: &str = "products";
 const DEDUCT_LINES: &str = "deduct_lines";
@@ -279,5 +281,39 @@ impl InventoryStore for MongoInventoryStore {
             operations,
             operation_limit,
         )))
+    }
+}
+
+#[async_trait]
+impl OperationLog for MongoInventoryStore {
+    async fn operations(
+        &self,
+        request_id: String,
+    ) -> Result<Vec<LoggedOperation>, ParticipantError> {
+        let records = history::records_of(&self.db, &request_id)
+            .await
+            .map_err(unavailable)?;
+        // Served by the unique (request_id, line_index) index.
+        let docs: Vec<Document> = self
+            .db
+            .collection::<Document>(DEDUCT_LINES)
+            .find(doc! { "request_id": &request_id })
+            .sort(doc! { "line_index": 1 })
+            .await
+            .map_err(unavailable)?
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        let lines = docs
+            .iter()
+            .map(|d| {
+                let product_id = d
+                    .get_str("product_id")
+                    .map_err(|_| bad(DEDUCT_LINES, "product_id"))?;
+                Ok(product_operation(d)?.logged(product_id.to_owned()))
+            })
+            .collect::<Result<Vec<_>, Error>>()
+            .map_err(unavailable)?;
+        Ok(super::logged_operations(records, lines))
     }
 }

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
 use futures::FutureExt;
 use participant_kit::sqlite::{self as history, SqliteHistory, transact};
-use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
+use participant_kit::{
+    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 
@@ -139,6 +141,30 @@ impl StockTx for SqliteHistory<'_> {
     }
 }
 
+/// Every deducted line of `request_id`, by line index (the primary key).
+fn lines_of_request(
+    conn: &Connection,
+    request_id: &str,
+) -> Result<Vec<LoggedOperation>, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT line_index, product_id, quantity, status, recorded_at_ms FROM deduct_lines
+         WHERE request_id = ?1 ORDER BY line_index",
+    )?;
+    let rows = stmt.query_map([request_id], |r| {
+        let line = ProductOperation {
+            request_id: request_id.to_owned(),
+            kind: DEDUCT.to_owned(),
+            status: r.get(3)?,
+            quantity: r.get(2)?,
+            line_index: Some(r.get(0)?),
+            detail: String::new(),
+            recorded_at_ms: r.get(4)?,
+        };
+        Ok(line.logged(r.get(1)?))
+    })?;
+    rows.collect()
+}
+
 /// The most recent deduct lines of one product, newest first.
 fn recent_lines(
     conn: &Connection,
@@ -220,6 +246,25 @@ impl InventoryStore for SqliteInventoryStore {
     ) -> Result<Option<ProductView>, ParticipantError> {
         self.db
             .read(move |conn| product_in(conn, product_id, operation_limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl OperationLog for SqliteInventoryStore {
+    async fn operations(
+        &self,
+        request_id: String,
+    ) -> Result<Vec<LoggedOperation>, ParticipantError> {
+        self.db
+            .read(move |conn| {
+                // One read transaction: records and lines are one snapshot.
+                let tx = conn.unchecked_transaction()?;
+                let records = history::records_of(&tx, &request_id)?;
+                let lines = lines_of_request(&tx, &request_id)?;
+                tx.commit()?;
+                Ok(super::logged_operations(records, lines))
+            })
             .await
     }
 }

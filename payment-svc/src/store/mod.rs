@@ -14,7 +14,7 @@ pub use sqlite::SqlitePaymentStore;
 
 use async_trait::async_trait;
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, OperationRecord, ParticipantError,
+    ActionReply, Admission, CompensationResult, OperationLog, OperationRecord, ParticipantError,
 };
 use service_kit::fingerprint::Fingerprint;
 
@@ -57,9 +57,10 @@ pub struct AccountView {
     pub recent_operations: Vec<OperationRecord>,
 }
 
-/// The payment participant's storage.
+/// The payment participant's storage. Its [`OperationLog`] lists the
+/// operationHistory records of a request id (`ListOperations`).
 #[async_trait]
-pub trait PaymentStore: Send + Sync + 'static {
+pub trait PaymentStore: OperationLog + Send + Sync + 'static {
     /// Takes the amount from the balance; refused when the account is
     /// unknown or short, or when `admission` says so (through the barrier:
     /// a charge already applied stays applied). Returns the balance after

@@ -18,7 +18,9 @@ use mongo_client::int64;
 use mongodb::Database;
 use mongodb::error::Error;
 use participant_kit::mongo::{self as history, MongoHistory, unavailable};
-use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
+use participant_kit::{
+    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+};
 
 const ACCOUNTS: &str = "accounts";
 
@@ -108,5 +110,18 @@ impl PaymentStore for MongoPaymentStore {
             balance_cents,
             recent_operations,
         }))
+    }
+}
+
+#[async_trait]
+impl OperationLog for MongoPaymentStore {
+    async fn operations(
+        &self,
+        request_id: String,
+    ) -> Result<Vec<LoggedOperation>, ParticipantError> {
+        let records = history::records_of(&self.db, &request_id)
+            .await
+            .map_err(unavailable)?;
+        Ok(records.into_iter().map(LoggedOperation::from).collect())
     }
 }

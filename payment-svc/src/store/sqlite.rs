@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
 use futures::FutureExt;
 use participant_kit::sqlite::{self as history, SqliteHistory, transact};
-use participant_kit::{ActionReply, Admission, CompensationResult, ParticipantError};
+use participant_kit::{
+    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+};
 use rusqlite::{OptionalExtension, params};
 use std::path::Path;
 
@@ -102,5 +104,21 @@ impl PaymentStore for SqlitePaymentStore {
                 }))
             })
             .await
+    }
+}
+
+#[async_trait]
+impl OperationLog for SqlitePaymentStore {
+    async fn operations(
+        &self,
+        request_id: String,
+    ) -> Result<Vec<LoggedOperation>, ParticipantError> {
+        let records = self
+            .db
+            .read(move |conn| {
+                history::records_of(conn, &request_id).map_err(ParticipantError::from)
+            })
+            .await?;
+        Ok(records.into_iter().map(LoggedOperation::from).collect())
     }
 }

@@ -27,6 +27,7 @@ macro_rules! inventory_store_conformance {
                 add_stock_creates_replays_and_refuses_overflow,
                 product_listing_shows_each_line_with_its_index,
                 an_outside_refusal_never_overrides_an_applied_deduct,
+                operations_of_a_request_id_list_records_then_lines,
             ]
         );
     };
@@ -625,4 +626,85 @@ pub async fn an_outside_refusal_never_overrides_an_applied_deduct(store: Store) 
         "{after:?}"
     );
     assert_eq!(available(&store, "sku-x").await, Some(8));
+}
+
+/// `(kind, status, amount, line_index, subject)` of what `ListOperations`
+/// would list.
+async fn operations(
+    store: &Store,
+    request_id: &str,
+) -> Vec<(String, String, i64, Option<i32>, String)> {
+    store
+        .operations(request_id.into())
+        .await
+        .expect("operations")
+        .into_iter()
+        .map(|o| {
+            assert_eq!(o.request_id, request_id);
+            (o.kind, o.status, o.amount, o.line_index, o.subject)
+        })
+        .collect()
+}
+
+fn op(
+    kind: &str,
+    status: &str,
+    amount: i64,
+    line_index: Option<i32>,
+    subject: &str,
+) -> (String, String, i64, Option<i32>, String) {
+    (
+        kind.into(),
+        status.into(),
+        amount,
+        line_index,
+        subject.into(),
+    )
+}
+
+pub async fn operations_of_a_request_id_list_records_then_lines(store: Store) {
+    stock(&store, "fig", 20).await;
+    stock(&store, "kiwi", 20).await;
+    assert_eq!(operations(&store, "o1").await, []);
+    let order = deduction("o1", &[("fig", 6), ("kiwi", 1), ("fig", 4)]);
+    store
+        .deduct(order.clone(), Admission::Apply)
+        .await
+        .expect("deduct");
+    store
+        .deduct(deduction("o10", &[("fig", 1)]), Admission::Apply)
+        .await
+        .expect("deduct");
+    assert_eq!(
+        operations(&store, "o1").await,
+        [
+            op("deduct", "applied", 11, None, ""),
+            op("deduct", "deducted", 6, Some(0), "fig"),
+            op("deduct", "deducted", 1, Some(1), "kiwi"),
+            op("deduct", "deducted", 4, Some(2), "fig"),
+        ]
+    );
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    store.restock(order).await.expect("restock");
+    assert_eq!(
+        operations(&store, "o1").await,
+        [
+            op("deduct", "applied", 11, None, ""),
+            op("restock", "undone", 11, None, ""),
+            op("deduct", "restocked", 6, Some(0), "fig"),
+            op("deduct", "restocked", 1, Some(1), "kiwi"),
+            op("deduct", "restocked", 4, Some(2), "fig"),
+        ]
+    );
+    // A refused deduct has its record and no line.
+    store
+        .deduct(deduction("o2", &[("fig", 1_000)]), Admission::Apply)
+        .await
+        .expect("refused deduct");
+    let refused = operations(&store, "o2").await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (refused[0].0.as_str(), refused[0].1.as_str()),
+        ("deduct", "refused")
+    );
 }

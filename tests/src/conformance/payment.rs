@@ -25,6 +25,7 @@ macro_rules! payment_store_conformance {
                 deposits_create_accounts_and_refuse_overflow,
                 account_lists_recent_operations_newest_first,
                 an_outside_refusal_never_overrides_an_applied_charge,
+                operations_of_a_request_id_list_its_records_oldest_first,
             ]
         );
     };
@@ -369,5 +370,77 @@ pub async fn an_outside_refusal_never_overrides_an_applied_charge(store: Store) 
     assert!(
         matches!(err, ParticipantError::ParameterMismatch(_)),
         "{err:?}"
+    );
+}
+
+/// `(kind, status, amount, subject)` of what `ListOperations` would list.
+async fn operations(store: &Store, request_id: &str) -> Vec<(String, String, i64, String)> {
+    store
+        .operations(request_id.into())
+        .await
+        .expect("operations")
+        .into_iter()
+        .map(|o| {
+            assert_eq!(o.request_id, request_id);
+            assert_eq!(o.line_index, None);
+            (o.kind, o.status, o.amount, o.subject)
+        })
+        .collect()
+}
+
+fn op(kind: &str, status: &str, amount: i64, subject: &str) -> (String, String, i64, String) {
+    (kind.into(), status.into(), amount, subject.into())
+}
+
+pub async fn operations_of_a_request_id_list_its_records_oldest_first(store: Store) {
+    fund(&store, "gina", 1_000).await;
+    assert_eq!(operations(&store, "o1").await, []);
+    store
+        .charge(t("o1", "gina", 300), Admission::Apply)
+        .await
+        .expect("charge");
+    // Request ids sharing a prefix are other request ids.
+    store
+        .charge(t("o10", "gina", 1), Admission::Apply)
+        .await
+        .expect("charge");
+    assert_eq!(
+        operations(&store, "o1").await,
+        [op("charge", "applied", 300, "gina")]
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    store.refund(t("o1", "gina", 300)).await.expect("refund");
+    assert_eq!(
+        operations(&store, "o1").await,
+        [
+            op("charge", "applied", 300, "gina"),
+            op("refund", "undone", 300, "gina")
+        ]
+    );
+    // A compensation before its action: the blocked action and the null
+    // compensation are both listed.
+    store
+        .refund(t("n1", "gina", 5))
+        .await
+        .expect("refund first");
+    let mut null = operations(&store, "n1").await;
+    null.sort();
+    assert_eq!(
+        null,
+        [
+            op("charge", "blocked", 5, "gina"),
+            op("refund", "null_compensation", 5, "gina")
+        ]
+    );
+    // A refusal is a record too.
+    store
+        .charge(t("r1", "nobody", 5), Admission::Apply)
+        .await
+        .expect("refused charge");
+    let refused = operations(&store, "r1").await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (refused[0].0.as_str(), refused[0].1.as_str()),
+        ("charge", "refused")
     );
 }
