@@ -1,11 +1,11 @@
 //! The orchestrator's use cases, independent of gRPC: create an order saga
-//! (idempotently), look sagas up, list them, retry a FAILED one.
+//! (idempotently), look sagas up, list and count them, retry a FAILED one.
 
 use crate::engine;
 use crate::executor::Executor;
 use crate::hub::SagaHub;
-use crate::saga::{Order, OrderItem, Saga, SagaStatus};
-use crate::store::{Created, Cursor, Page, SagaStore, StoreError};
+use crate::saga::{Order, OrderItem, Saga};
+use crate::store::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
 use futures::Stream;
 use service_kit::fingerprint::Fingerprint;
 use service_kit::shutdown::Shutdown;
@@ -324,14 +324,19 @@ impl Orchestrator {
             .ok_or_else(|| AppError::NotFound(format!("no saga with request_id {request_id:?}")))
     }
 
-    /// A page of sagas, newest first.
+    /// A page of the sagas `filter` admits, newest first.
     pub async fn list(
         &self,
-        status: Option<SagaStatus>,
+        filter: &SagaFilter,
         page_size: usize,
         after: Option<Cursor>,
     ) -> Result<Page, AppError> {
-        Ok(self.store.list(status, page_size, after).await?)
+        Ok(self.store.list(filter, page_size, after).await?)
+    }
+
+    /// How many sagas are in each status.
+    pub async fn counts(&self) -> Result<StatusCounts, AppError> {
+        Ok(self.store.count_by_status().await?)
     }
 
     /// RetrySaga: gives a FAILED saga's compensations a fresh budget and

@@ -12,9 +12,10 @@ use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-/// Default and largest ListSagas page.
-const DEFAULT_PAGE: usize = 50;
-const MAX_PAGE: usize = 500;
+/// ListSagas page size when none is asked (the console's too).
+pub const DEFAULT_PAGE: usize = 50;
+/// Largest ListSagas page (the console's too).
+pub const MAX_PAGE: usize = 500;
 
 impl From<AppError> for Status {
     fn from(e: AppError) -> Status {
@@ -177,7 +178,8 @@ impl pb::saga_service_server::SagaService for SagaApi {
         let status = convert::status_filter(r.status)?;
         let page_size = validate::limit("page_size", r.page_size, DEFAULT_PAGE, MAX_PAGE)?;
         let after = convert::decode_cursor(&r.page_token)?;
-        let page = self.app.list(status, page_size, after).await?;
+        let filter = crate::store::SagaFilter::status(status);
+        let page = self.app.list(&filter, page_size, after).await?;
         Ok(Response::new(pb::ListSagasResponse {
             next_page_token: page
                 .next

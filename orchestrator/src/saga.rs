@@ -49,6 +49,16 @@ pub enum SagaStatus {
 }
 
 impl SagaStatus {
+    /// Every status, in the order a saga may pass through them (for
+    /// counts and filters).
+    pub const ALL: [SagaStatus; 5] = [
+        SagaStatus::Running,
+        SagaStatus::Compensating,
+        SagaStatus::Completed,
+        SagaStatus::Cancelled,
+        SagaStatus::Failed,
+    ];
+
     /// Completed, Cancelled and Failed need nothing more from the engine.
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -7,7 +7,9 @@
 //!   so concurrent duplicates yield exactly one saga;
 //! - `save` is an optimistic-concurrency update: it succeeds only if the
 //!   stored version is the one the caller read, so two writers can never both
-//!   advance one saga.
+//!   advance one saga;
+//! - every query is served by an index (listings by status, by customer or
+//!   all, newest first; counts per status; recovery by status and lease).
 
 mod mongo;
 mod sqlite;
@@ -56,6 +58,30 @@ pub struct Cursor {
     pub saga_id: String,
 }
 
+/// Which sagas a listing returns: every saga, or only those matching each
+/// field that is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SagaFilter {
+    /// Only sagas in this status.
+    pub status: Option<SagaStatus>,
+    /// Only this customer's sagas.
+    pub customer_id: Option<String>,
+}
+
+impl SagaFilter {
+    /// Every saga in `status` (all sagas when `None`).
+    pub fn status(status: Option<SagaStatus>) -> Self {
+        SagaFilter {
+            status,
+            customer_id: None,
+        }
+    }
+}
+
+/// How many sagas are in each status, in [`SagaStatus::ALL`] order (zeros
+/// included).
+pub type StatusCounts = Vec<(SagaStatus, u64)>;
+
 /// One page of ListSagas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
@@ -81,13 +107,19 @@ pub trait SagaStore: Send + Sync + 'static {
     /// The saga whose CreateOrder used `request_id`.
     async fn get_by_request_id(&self, request_id: &str) -> Result<Option<Saga>, StoreError>;
 
-    /// Newest first, optionally only one status, starting after `after`.
+    /// Newest first, only the sagas `filter` admits, starting after
+    /// `after`. Served by an index whichever filter is set: (status,
+    /// created, id), (customer, created, id) or (created, id).
     async fn list(
         &self,
-        status: Option<SagaStatus>,
+        filter: &SagaFilter,
         page_size: usize,
         after: Option<Cursor>,
     ) -> Result<Page, StoreError>;
+
+    /// How many sagas are in each status (index-backed: no saga document
+    /// is read).
+    async fn count_by_status(&self) -> Result<StatusCounts, StoreError>;
 
     /// Sagas an instance may drive now, oldest first: not terminal (Running
     /// or Compensating), and either unleased, leased until before `now_ms`,

@@ -1,8 +1,8 @@
 //! The MongoDB saga store (production).
 //!
 //! One document per saga: `_id` = saga_id, the indexed fields (`request_id`,
-//! `status`, `version`, times) at the top level and the full saga under
-//! `saga`. Every write touches that one document, so a **single-document
+//! `status`, `customer_id`, `version`, times, lease) at the top level and
+//! the full saga under `saga`. Every write touches that one document, so a **single-document
 //! atomic update** is enough — no transaction: `create` is an insert that
 //! the unique `request_id` index arbitrates, and `save` is an update whose
 //! filter includes the version read (optimistic concurrency).
@@ -11,7 +11,7 @@
 //! `request_id` index (or, if the server does not say which index, when a
 //! saga with that request id can be read back); any other is an error.
 
-use super::{Created, Cursor, Page, SagaStore, StoreError};
+use super::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
 use bson::{Document, doc};
@@ -31,8 +31,9 @@ pub struct MongoSagaStore {
 
 impl MongoSagaStore {
     /// Uses `db`, creating the indexes (idempotent): sagas unique by
-    /// request_id; newest-first listing, optionally by status; recovery by
-    /// status and lease expiry.
+    /// request_id; newest-first listing, optionally by status or by
+    /// customer; counts and recovery by status (and lease expiry). Sagas
+    /// stored before the customer was a top-level field get it.
     pub async fn open(db: Database) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
         sagas
@@ -49,8 +50,14 @@ impl MongoSagaStore {
                     doc! { "status": 1, "updated_at_ms": 1 },
                     false,
                 ),
+                index(
+                    "customer_newest",
+                    doc! { "customer_id": 1, "created_at_ms": -1, "_id": -1 },
+                    false,
+                ),
             ])
             .await?;
+        backfill_customer_ids(&sagas).await?;
         Ok(MongoSagaStore { sagas })
     }
 
@@ -79,6 +86,33 @@ impl MongoSagaStore {
     }
 }
 
+/// Copies each saga's customer id to the top level where an older version
+/// did not put it (found through the `customer_newest` index, which holds
+/// missing fields as null), so the listing by customer sees every saga.
+async fn backfill_customer_ids(sagas: &Collection<Document>) -> Result<(), Error> {
+    let missing: Vec<Document> = sagas
+        .find(doc! { "customer_id": { "$exists": false } })
+        .projection(doc! { "saga.order.customer_id": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    for d in missing {
+        let customer = d
+            .get_document("saga")
+            .and_then(|s| s.get_document("order"))
+            .and_then(|o| o.get_str("customer_id"));
+        if let (Ok(id), Ok(customer)) = (d.get_str("_id"), customer) {
+            sagas
+                .update_one(
+                    doc! { "_id": id },
+                    doc! { "$set": { "customer_id": customer } },
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 /// Every driver error is reported as "unavailable": whether or not the
 /// driver labels it transient, the executor's answer is the same — wait and
 /// save again — which never loses a saga.
@@ -96,6 +130,7 @@ fn encode(saga: &Saga) -> Result<Document, StoreError> {
         "_id": &saga.saga_id,
         "request_id": &saga.request_id,
         "status": saga.status.as_str(),
+        "customer_id": &saga.order.customer_id,
         "version": version(saga.version),
         "created_at_ms": saga.created_at_ms,
         "updated_at_ms": saga.updated_at_ms,
@@ -151,6 +186,7 @@ impl SagaStore for MongoSagaStore {
                 doc! { "_id": &saga.saga_id, "version": version(expected) },
                 doc! { "$set": {
                     "status": saga.status.as_str(),
+                    "customer_id": &saga.order.customer_id,
                     "version": version(saga.version),
                     "updated_at_ms": saga.updated_at_ms,
                     "lease_owner": saga.lease_owner(),
@@ -180,13 +216,17 @@ impl SagaStore for MongoSagaStore {
 
     async fn list(
         &self,
-        status: Option<SagaStatus>,
+        filter: &SagaFilter,
         page_size: usize,
         after: Option<Cursor>,
     ) -> Result<Page, StoreError> {
+        let wanted = filter;
         let mut filter = Document::new();
-        if let Some(status) = status {
+        if let Some(status) = wanted.status {
             filter.insert("status", status.as_str());
+        }
+        if let Some(customer_id) = &wanted.customer_id {
+            filter.insert("customer_id", customer_id);
         }
         if let Some(c) = &after {
             filter.insert(
@@ -214,6 +254,21 @@ impl SagaStore for MongoSagaStore {
             None
         };
         Ok(Page { sagas, next })
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+        // One count per status, each a scan of the `status_newest` index's
+        // range for that status (COUNT_SCAN): no saga document is read.
+        let counts = futures::future::try_join_all(SagaStatus::ALL.iter().map(|status| async {
+            let n = self
+                .sagas
+                .count_documents(doc! { "status": status.as_str() })
+                .await
+                .map_err(store_error)?;
+            Ok::<_, StoreError>((*status, n))
+        }))
+        .await?;
+        Ok(counts)
     }
 
     async fn claimable(

@@ -1,11 +1,11 @@
 //! The embedded saga store: one SQLite table, the saga as a JSON document
 //! plus the indexed columns queries need (request_id unique, status,
-//! created time, version).
+//! customer, created time, version, lease).
 //!
 //! JSON is serialised on the caller's task, so the single writer thread only
 //! runs the SQL; concurrent sagas' writes share group commits.
 
-use super::{Created, Cursor, Page, SagaStore, StoreError};
+use super::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS sagas (
     saga_id       TEXT    PRIMARY KEY,
     request_id    TEXT    NOT NULL UNIQUE,
     status        TEXT    NOT NULL,
+    customer_id   TEXT    NOT NULL DEFAULT '',
     version       INTEGER NOT NULL,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL,
@@ -27,6 +28,7 @@ CREATE TABLE IF NOT EXISTS sagas (
 CREATE INDEX IF NOT EXISTS sagas_newest ON sagas (created_at_ms DESC, saga_id DESC);
 CREATE INDEX IF NOT EXISTS sagas_by_status ON sagas (status, created_at_ms DESC, saga_id DESC);
 CREATE INDEX IF NOT EXISTS sagas_by_lease ON sagas (status, lease_until_ms);
+CREATE INDEX IF NOT EXISTS sagas_by_customer ON sagas (customer_id, created_at_ms DESC, saga_id DESC);
 ";
 
 /// Saga store in a SQLite file.
@@ -47,7 +49,10 @@ impl SqliteSagaStore {
     }
 }
 
-/// Adds the lease columns to a database created before leases existed.
+/// Brings a database created by an older version up to [`SCHEMA`]: adds the
+/// lease columns (before leases existed) and the customer column, filled
+/// from each saga's document (before the console searched by customer).
+/// The indexes on them are created by `SCHEMA` right after.
 fn migrate(path: &Path) -> Result<(), DbError> {
     let conn = Connection::open(path)?;
     let has_table: bool = conn.query_row(
@@ -67,6 +72,19 @@ fn migrate(path: &Path) -> Result<(), DbError> {
         conn.execute_batch(
             "ALTER TABLE sagas ADD COLUMN lease_owner TEXT;
              ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
+    let has_customer: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'customer_id'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_customer {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
+             UPDATE sagas SET customer_id = json_extract(doc, '$.order.customer_id');
+             COMMIT;",
         )?;
     }
     Ok(())
@@ -100,6 +118,80 @@ fn by(conn: &Connection, column: &str, key: &str) -> Result<Option<Saga>, StoreE
     doc.as_deref().map(decode).transpose()
 }
 
+/// Sagas per status.
+const COUNT_SQL: &str = "SELECT status, COUNT(*) FROM sagas GROUP BY status";
+
+/// The listing query for a filter. Each shape has its own statement so
+/// SQLite plans it on its index: `sagas_by_customer`, `sagas_by_status` or
+/// `sagas_newest` (a statement with optional filters would be planned once
+/// for every shape, on no index).
+fn list_sql(filter: &SagaFilter) -> &'static str {
+    match (filter.customer_id.is_some(), filter.status.is_some()) {
+        (true, _) => {
+            "SELECT doc FROM sagas
+             WHERE customer_id = ?6 AND (?1 IS NULL OR status = ?1)
+               AND (?4 = 0 OR created_at_ms < ?2 OR (created_at_ms = ?2 AND saga_id < ?3))
+             ORDER BY created_at_ms DESC, saga_id DESC LIMIT ?5"
+        }
+        (false, true) => {
+            "SELECT doc FROM sagas
+             WHERE status = ?1 AND ?6 IS NULL
+               AND (?4 = 0 OR created_at_ms < ?2 OR (created_at_ms = ?2 AND saga_id < ?3))
+             ORDER BY created_at_ms DESC, saga_id DESC LIMIT ?5"
+        }
+        (false, false) => {
+            "SELECT doc FROM sagas
+             WHERE ?1 IS NULL AND ?6 IS NULL
+               AND (?4 = 0 OR created_at_ms < ?2 OR (created_at_ms = ?2 AND saga_id < ?3))
+             ORDER BY created_at_ms DESC, saga_id DESC LIMIT ?5"
+        }
+    }
+}
+
+fn list_in(
+    conn: &Connection,
+    filter: &SagaFilter,
+    page_size: usize,
+    after: Option<&Cursor>,
+) -> Result<Page, StoreError> {
+    let limit = i64::try_from(page_size)
+        .unwrap_or(i64::MAX)
+        .saturating_add(1);
+    let (after_ms, after_id) = match after {
+        Some(c) => (c.created_at_ms, c.saga_id.as_str()),
+        None => (i64::MAX, ""),
+    };
+    let status = filter.status.map(SagaStatus::as_str);
+    let mut stmt = conn.prepare_cached(list_sql(filter))?;
+    let docs = stmt
+        .query_map(
+            params![
+                status,
+                after_ms,
+                after_id,
+                after.is_some(),
+                limit,
+                filter.customer_id
+            ],
+            |r| r.get::<_, String>(0),
+        )?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut sagas = docs
+        .iter()
+        .map(|d| decode(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let next = if sagas.len() > page_size {
+        sagas.truncate(page_size);
+        sagas.last().map(|s| Cursor {
+            created_at_ms: s.created_at_ms,
+            saga_id: s.saga_id.clone(),
+        })
+    } else {
+        None
+    };
+    Ok(Page { sagas, next })
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -110,6 +202,7 @@ impl SagaStore for SqliteSagaStore {
         let doc = encode(saga)?;
         let (saga_id, request_id, status) =
             (saga.saga_id.clone(), saga.request_id.clone(), saga.status);
+        let customer_id = saga.order.customer_id.clone();
         let (lease_owner, lease_until) =
             (saga.lease_owner().map(str::to_owned), saga.lease_until_ms());
         let (created, updated, version) =
@@ -119,8 +212,8 @@ impl SagaStore for SqliteSagaStore {
                 let inserted = conn
                     .prepare_cached(
                         "INSERT INTO sagas (saga_id, request_id, status, version, created_at_ms, updated_at_ms,
-                                            lease_owner, lease_until_ms, doc)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (request_id) DO NOTHING",
+                                            lease_owner, lease_until_ms, doc, customer_id)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (request_id) DO NOTHING",
                     )?
                     .execute(params![
                         saga_id,
@@ -131,7 +224,8 @@ impl SagaStore for SqliteSagaStore {
                         updated,
                         lease_owner,
                         lease_until,
-                        doc
+                        doc,
+                        customer_id
                     ])?;
                 if inserted == 1 {
                     return Ok(Created::New);
@@ -194,46 +288,33 @@ impl SagaStore for SqliteSagaStore {
 
     async fn list(
         &self,
-        status: Option<SagaStatus>,
+        filter: &SagaFilter,
         page_size: usize,
         after: Option<Cursor>,
     ) -> Result<Page, StoreError> {
+        let filter = filter.clone();
         self.db
-            .read(move |conn| {
-                let limit = i64::try_from(page_size)
-                    .unwrap_or(i64::MAX)
-                    .saturating_add(1);
-                let (after_ms, after_id) = match &after {
-                    Some(c) => (c.created_at_ms, c.saga_id.clone()),
-                    None => (i64::MAX, String::new()),
-                };
-                let status = status.map(SagaStatus::as_str);
-                let mut stmt = conn.prepare_cached(
-                    "SELECT doc FROM sagas
-                     WHERE (?1 IS NULL OR status = ?1)
-                       AND (?4 = 0 OR created_at_ms < ?2 OR (created_at_ms = ?2 AND saga_id < ?3))
-                     ORDER BY created_at_ms DESC, saga_id DESC LIMIT ?5",
-                )?;
-                let docs = stmt
-                    .query_map(
-                        params![status, after_ms, after_id, after.is_some(), limit],
-                        |r| r.get::<_, String>(0),
-                    )?
+            .read(move |conn| list_in(conn, &filter, page_size, after.as_ref()))
+            .await
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+        self.db
+            .read(|conn| {
+                // A scan of the (status, …) index alone: no document is read.
+                let mut stmt = conn.prepare_cached(COUNT_SQL)?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
                     .collect::<Result<Vec<_>, _>>()?;
-                let mut sagas = docs
-                    .iter()
-                    .map(|d| decode(d))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let next = if sagas.len() > page_size {
-                    sagas.truncate(page_size);
-                    sagas.last().map(|s| Cursor {
-                        created_at_ms: s.created_at_ms,
-                        saga_id: s.saga_id.clone(),
-                    })
-                } else {
-                    None
-                };
-                Ok(Page { sagas, next })
+                let mut counts: StatusCounts = SagaStatus::ALL.iter().map(|s| (*s, 0)).collect();
+                for (status, n) in rows {
+                    let status = SagaStatus::parse(&status)
+                        .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
+                    if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == status) {
+                        slot.1 = u64::try_from(n).unwrap_or(0);
+                    }
+                }
+                Ok(counts)
             })
             .await
     }
@@ -259,5 +340,121 @@ impl SagaStore for SqliteSagaStore {
                 docs.iter().map(|d| decode(d)).collect()
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{self, StepNames};
+    use crate::saga::{Order, OrderItem};
+
+    fn saga(saga_id: &str, customer_id: &str) -> Saga {
+        let steps = [StepNames {
+            name: "payment",
+            action: "charge",
+            compensation: "refund",
+        }];
+        let order = Order {
+            order_id: format!("order-{saga_id}"),
+            customer_id: customer_id.to_owned(),
+            items: vec![OrderItem {
+                product_id: "sku".into(),
+                quantity: 1,
+                unit_price_cents: 1,
+            }],
+            total_cents: 1,
+        };
+        let mut saga = engine::start(
+            &steps,
+            saga_id.into(),
+            format!("r-{saga_id}"),
+            "fp".into(),
+            order,
+            7,
+        );
+        saga.version = 1;
+        saga
+    }
+
+    /// A database written before the customer was a column: opening it
+    /// adds the column, fills it from each saga's document, and the
+    /// listing by customer finds the old sagas.
+    #[tokio::test]
+    async fn an_older_database_gets_its_customer_column_filled_from_each_saga() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orchestrator.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE sagas (
+                    saga_id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
+                    status TEXT NOT NULL, version INTEGER NOT NULL,
+                    created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
+                    doc TEXT NOT NULL);",
+            )
+            .unwrap();
+            for (id, customer) in [("s1", "zoe"), ("s2", "yann")] {
+                conn.execute(
+                    "INSERT INTO sagas VALUES (?1, ?2, 'running', 1, 7, 7, ?3)",
+                    params![id, format!("r-{id}"), encode(&saga(id, customer)).unwrap()],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteSagaStore::open(&path, Durability::Process).unwrap();
+        let zoe = SagaFilter {
+            status: None,
+            customer_id: Some("zoe".into()),
+        };
+        let page = store.list(&zoe, 10, None).await.unwrap();
+        let ids: Vec<_> = page.sagas.iter().map(|s| s.saga_id.as_str()).collect();
+        assert_eq!(ids, ["s1"]);
+        // New sagas are stored with their customer too.
+        store.create(&saga("s3", "zoe")).await.unwrap();
+        assert_eq!(store.list(&zoe, 10, None).await.unwrap().sagas.len(), 2);
+    }
+
+    /// Every listing shape and the counts are answered from an index,
+    /// without sorting in a temporary b-tree.
+    #[test]
+    fn every_query_of_the_console_is_planned_on_an_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let plan = |sql: &str| -> String {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let params = stmt.parameter_count();
+            let nulls: Vec<Option<String>> = vec![None; params];
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+                .unwrap();
+            rows.map(Result::unwrap).collect::<Vec<_>>().join("; ")
+        };
+        let status = Some(SagaStatus::Failed);
+        let customer = Some("zoe".to_owned());
+        for (filter, index) in [
+            (SagaFilter::default(), "sagas_newest"),
+            (SagaFilter::status(status), "sagas_by_status"),
+            (
+                SagaFilter {
+                    status: None,
+                    customer_id: customer.clone(),
+                },
+                "sagas_by_customer",
+            ),
+            (
+                SagaFilter {
+                    status,
+                    customer_id: customer,
+                },
+                "sagas_by_customer",
+            ),
+        ] {
+            let plan = plan(list_sql(&filter));
+            assert!(plan.contains(index), "{filter:?}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{filter:?}: {plan}");
+        }
+        let counts = plan(COUNT_SQL);
+        assert!(counts.contains("COVERING INDEX"), "{counts}");
     }
 }

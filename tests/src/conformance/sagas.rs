@@ -2,7 +2,7 @@
 
 use orchestrator::engine::{self, Next, Outcome, StepNames};
 use orchestrator::saga::{Lease, Order, OrderItem, Saga, SagaStatus};
-use orchestrator::store::{Created, SagaStore, StoreError};
+use orchestrator::store::{Created, SagaFilter, SagaStore, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -37,15 +37,21 @@ macro_rules! saga_store_conformance {
                 concurrent_saves_of_one_version_let_exactly_one_win,
                 listing_is_newest_first_in_pages_and_filters_by_status,
                 claimable_sagas_are_unfinished_with_an_expired_or_own_lease,
+                listing_by_customer_is_newest_first_in_pages_and_combines_with_status,
+                counts_by_status_follow_every_create_and_save,
             ]
         );
     };
 }
 
 fn saga(id: &str, request_id: &str, created_at_ms: i64) -> Saga {
+    saga_of("alice", id, request_id, created_at_ms)
+}
+
+fn saga_of(customer_id: &str, id: &str, request_id: &str, created_at_ms: i64) -> Saga {
     let order = Order {
         order_id: format!("order-{id}"),
-        customer_id: "alice".into(),
+        customer_id: customer_id.into(),
         items: vec![OrderItem {
             product_id: "sku-apple".into(),
             quantity: 2,
@@ -123,7 +129,10 @@ pub async fn fifty_concurrent_creates_of_one_request_id_make_one_saga(store: Sto
     assert_eq!(winners.len(), 1, "exactly one insert wins");
     seen.retain(|id| id != &winners[0]);
     assert!(seen.is_empty(), "every loser saw the winner: {seen:?}");
-    let page = store.list(None, 100, None).await.expect("list");
+    let page = store
+        .list(&SagaFilter::default(), 100, None)
+        .await
+        .expect("list");
     assert_eq!(page.sagas.len(), 1);
 }
 
@@ -183,7 +192,10 @@ pub async fn listing_is_newest_first_in_pages_and_filters_by_status(store: Store
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let page = store.list(None, 2, after).await.expect("list");
+        let page = store
+            .list(&SagaFilter::default(), 2, after)
+            .await
+            .expect("list");
         assert!(page.sagas.len() <= 2);
         seen.extend(page.sagas.iter().map(|s| s.saga_id.clone()));
         match page.next {
@@ -193,14 +205,14 @@ pub async fn listing_is_newest_first_in_pages_and_filters_by_status(store: Store
     }
     assert_eq!(seen, ["l4", "l3", "l2", "l1", "l0"]);
     let cancelled = store
-        .list(Some(SagaStatus::Cancelled), 10, None)
+        .list(&SagaFilter::status(Some(SagaStatus::Cancelled)), 10, None)
         .await
         .expect("list");
     let ids: Vec<_> = cancelled.sagas.iter().map(|s| s.saga_id.as_str()).collect();
     assert_eq!(ids, ["l3", "l1"]);
     assert!(cancelled.next.is_none());
     let none = store
-        .list(Some(SagaStatus::Failed), 10, None)
+        .list(&SagaFilter::status(Some(SagaStatus::Failed)), 10, None)
         .await
         .expect("list");
     assert!(none.sagas.is_empty());
@@ -262,4 +274,93 @@ pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: 
             .and_then(|s| s.lease),
         lease("b", 1_000)
     );
+}
+
+pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_status(store: Store) {
+    // bob's sagas interleave with others'; two share a timestamp.
+    let sagas = [
+        ("bob", "c0", 10),
+        ("carol", "c1", 15),
+        ("bob", "c2", 20),
+        ("bob", "c3", 20),
+        ("bobby", "c4", 25),
+        ("bob", "c5", 30),
+    ];
+    for (customer, id, t) in sagas {
+        let mut s = saga_of(customer, id, &format!("r{id}"), t);
+        if id == "c2" || id == "c5" {
+            engine::record(&mut s, Next::Act(0), Outcome::Refused("no".into()), t + 1);
+        }
+        create_new(&store, &s).await;
+    }
+    let bob = SagaFilter {
+        status: None,
+        customer_id: Some("bob".into()),
+    };
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list(&bob, 3, after).await.expect("list");
+        assert!(page.sagas.len() <= 3);
+        assert!(page.sagas.iter().all(|s| s.order.customer_id == "bob"));
+        seen.extend(page.sagas.iter().map(|s| s.saga_id.clone()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["c5", "c3", "c2", "c0"]);
+    // A save keeps the saga findable by its customer.
+    let mut c0 = store.get("c0").await.expect("get").expect("c0");
+    engine::record(&mut c0, Next::Act(0), Outcome::Refused("no".into()), 11);
+    c0.version += 1;
+    store.save(&c0).await.expect("save");
+    let cancelled = SagaFilter {
+        status: Some(SagaStatus::Cancelled),
+        customer_id: Some("bob".into()),
+    };
+    let page = store.list(&cancelled, 10, None).await.expect("list");
+    let ids: Vec<_> = page.sagas.iter().map(|s| s.saga_id.as_str()).collect();
+    assert_eq!(ids, ["c5", "c2", "c0"]);
+    assert!(page.next.is_none());
+    let nobody = SagaFilter {
+        status: None,
+        customer_id: Some("nobody".into()),
+    };
+    assert!(
+        store
+            .list(&nobody, 10, None)
+            .await
+            .expect("list")
+            .sagas
+            .is_empty()
+    );
+}
+
+pub async fn counts_by_status_follow_every_create_and_save(store: Store) {
+    let count = |counts: &[(SagaStatus, u64)], status| {
+        counts
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map(|(_, n)| *n)
+            .expect("every status is counted")
+    };
+    let empty = store.count_by_status().await.expect("counts");
+    assert_eq!(
+        empty,
+        SagaStatus::ALL.iter().map(|s| (*s, 0)).collect::<Vec<_>>(),
+        "every status, in order, zeros included"
+    );
+    for i in 0..4 {
+        create_new(&store, &saga(&format!("n{i}"), &format!("rn{i}"), i)).await;
+    }
+    let mut n0 = store.get("n0").await.expect("get").expect("n0");
+    engine::record(&mut n0, Next::Act(0), Outcome::Refused("no".into()), 5);
+    n0.version += 1;
+    store.save(&n0).await.expect("save");
+    let counts = store.count_by_status().await.expect("counts");
+    assert_eq!(count(&counts, SagaStatus::Running), 3);
+    assert_eq!(count(&counts, SagaStatus::Cancelled), 1);
+    assert_eq!(count(&counts, SagaStatus::Completed), 0);
+    assert_eq!(counts.iter().map(|(_, n)| n).sum::<u64>(), 4);
 }
