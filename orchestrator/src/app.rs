@@ -1,10 +1,13 @@
-//! The orchestrator's use cases, independent of gRPC: create an order saga
-//! (idempotently), look sagas up, list and count them, retry a FAILED one.
+//! The orchestrator's use cases, independent of gRPC (and of HTTP: the
+//! console reads through the same ones): create an order saga
+//! (idempotently), look sagas up, list and count them, follow one, show what
+//! the participants recorded for it, retry a FAILED one.
 
 use crate::engine;
 use crate::executor::Executor;
 use crate::hub::SagaHub;
 use crate::saga::{Order, OrderItem, Saga};
+use crate::step::ParticipantRecord;
 use crate::store::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
 use futures::Stream;
 use service_kit::fingerprint::Fingerprint;
@@ -88,6 +91,17 @@ pub enum AppError {
     #[error(transparent)]
     /// The store failed (UNAVAILABLE, or ABORTED on a conflict).
     Store(#[from] StoreError),
+}
+
+/// What one step's participant recorded for a saga.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecords {
+    /// The step's name (`payment`, `inventory`).
+    pub step: String,
+    /// The request id the records are under (`<saga_id>:<step>`).
+    pub request_id: String,
+    /// Oldest first, or why the participant could not be read.
+    pub records: Result<Vec<ParticipantRecord>, String>,
 }
 
 /// The result of CreateOrder.
@@ -337,6 +351,29 @@ impl Orchestrator {
     /// How many sagas are in each status.
     pub async fn counts(&self) -> Result<StatusCounts, AppError> {
         Ok(self.store.count_by_status().await?)
+    }
+
+    /// What each step's participant recorded under the step's request id,
+    /// read from the participants at once (an unreachable one is reported
+    /// in its step, not as a failure of the whole read).
+    pub async fn records(&self, saga_id: &str) -> Result<Vec<StepRecords>, AppError> {
+        let saga = self.get(saga_id).await?;
+        let definition = self.executor.definition();
+        let reads = saga.steps.iter().map(|step| async {
+            let records = match definition.step(&step.name) {
+                Some(defined) => defined.records(&saga, step).await,
+                None => Err(format!(
+                    "step {:?} is not in this orchestrator's saga definition",
+                    step.name
+                )),
+            };
+            StepRecords {
+                step: step.name.clone(),
+                request_id: step.request_id.clone(),
+                records,
+            }
+        });
+        Ok(futures::future::join_all(reads).await)
     }
 
     /// RetrySaga: gives a FAILED saga's compensations a fresh budget and

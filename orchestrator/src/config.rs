@@ -171,6 +171,25 @@ impl EngineConfig {
     }
 }
 
+/// The saga console's listener; shared by `serve` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsoleConfig {
+    /// Address to serve the saga console (web pages and JSON API) on. Bound
+    /// to localhost by default: put a TLS proxy in front to expose it.
+    #[arg(long, env = "CONSOLE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub console_listen: SocketAddr,
+    /// Serve no console.
+    #[arg(long, env = "NO_CONSOLE")]
+    pub no_console: bool,
+}
+
+impl ConsoleConfig {
+    /// Where the console listens, `None` with `--no-console`.
+    pub fn listen(&self) -> Option<SocketAddr> {
+        (!self.no_console).then_some(self.console_listen)
+    }
+}
+
 #[derive(Debug, Clone, clap::Args)]
 /// `orchestrator serve`: the orchestrator alone, calling remote participants.
 pub struct ServeConfig {
@@ -186,6 +205,9 @@ pub struct ServeConfig {
     /// inventory-svc address.
     #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
     pub inventory_addr: String,
+    #[command(flatten)]
+    /// The saga console (`--console-listen`, `--no-console`).
+    pub console: ConsoleConfig,
     #[command(flatten)]
     /// MongoDB instead of the embedded store.
     pub mongo: MongoConfig,

@@ -21,13 +21,17 @@
 //!   backends.
 //! - [`app`]: the use cases (create, get, list, recover).
 //! - [`grpc`] / [`convert`]: the thin `saga.v1` adapters and validation.
-//! - [`hub`]: wakes `wait`ing callers when their saga changes.
+//! - [`hub`]: wakes `wait`ing callers (and watchers) when their saga
+//!   changes.
+//! - [`console`]: the saga console — HTML pages and a JSON API over the
+//!   same use cases, on its own HTTP listener.
 //! - [`config`]: the binary's command line.
 
 #![warn(missing_docs)]
 
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod convert;
 pub mod engine;
 pub mod executor;
@@ -95,13 +99,31 @@ pub async fn serve(
 }
 
 /// [`serve`] as `options` say: TLS or plaintext, the admin token RetrySaga
-/// requires, the largest accepted request.
+/// requires, the largest accepted request. No console.
 pub async fn serve_with(
     store: Arc<dyn store::SagaStore>,
     definition: Arc<SagaDefinition>,
     settings: Settings,
     options: ServeOptions,
     listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), ServeError> {
+    serve_with_console(
+        store, definition, settings, options, listener, None, shutdown,
+    )
+    .await
+}
+
+/// [`serve_with`], plus the saga console ([`console`]) on `console` when
+/// given: beside the gRPC server, over the same use cases, with RetrySaga's
+/// admin token, stopping with the same `shutdown`.
+pub async fn serve_with_console(
+    store: Arc<dyn store::SagaStore>,
+    definition: Arc<SagaDefinition>,
+    settings: Settings,
+    options: ServeOptions,
+    listener: TcpListener,
+    console: Option<TcpListener>,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     use saga_proto::saga::v1::order_service_server::OrderServiceServer;
@@ -124,6 +146,14 @@ pub async fn serve_with(
         hub,
         shutdown.clone(),
     ));
+    let console = console.map(|listener| {
+        tokio::spawn(console::serve(
+            app.clone(),
+            options.admin.clone(),
+            listener,
+            shutdown.clone(),
+        ))
+    });
     let limit = options.max_request_bytes;
     let routes = tonic::service::Routes::new(
         OrderServiceServer::new(grpc::OrderApi::new(app.clone(), settings.max_wait))
@@ -144,6 +174,13 @@ pub async fn serve_with(
     .await?;
     let served = server::serve_with(&options, routes, listener, shutdown).await;
     let _ = sweeper.await;
+    if let Some(console) = console {
+        match console.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "the console stopped with an error"),
+            Err(error) => tracing::error!(%error, "the console failed"),
+        }
+    }
     // Stopped accepting calls; let in-flight steps finish and persist.
     if tokio::time::timeout(settings.shutdown_grace, executor.drained())
         .await

@@ -51,14 +51,27 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     .definition()?;
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
+    let console = match config.console.listen() {
+        Some(addr) => {
+            let console = service_kit::server::bind(addr).await?;
+            let url = format!("http://{}/", console.local_addr()?);
+            tracing::info!(%url, "saga console serving");
+            Some(console)
+        }
+        None => {
+            tracing::info!("saga console disabled (--no-console)");
+            None
+        }
+    };
     let settings = config.engine.settings(config.listen)?;
     options.log_startup("orchestrator");
-    orchestrator::serve_with(
+    orchestrator::serve_with_console(
         store,
         Arc::new(definition),
         settings,
         options,
         listener,
+        console,
         shutdown,
     )
     .await?;

@@ -52,6 +52,30 @@ pub enum StepOutcome {
     Transient(String),
 }
 
+/// One entry a participant recorded under a step's request id (its
+/// operationHistory record of the action or the compensation, or an order
+/// line it recorded), as a person inspecting the saga reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParticipantRecord {
+    /// The step's request id.
+    pub request_id: String,
+    /// `charge`, `refund`, `deduct`, `restock`, …
+    pub kind: String,
+    /// `applied`, `refused`, `blocked`, `undone`, `null_compensation`,
+    /// `nothing_to_undo`; `deducted`/`restocked` for an order line.
+    pub status: String,
+    /// Cents or units.
+    pub amount: i64,
+    /// The recorded detail (a refusal's reason, a balance).
+    pub detail: String,
+    /// When it was recorded (ms since the epoch).
+    pub recorded_at_ms: i64,
+    /// The order line, for a line.
+    pub line_index: Option<i32>,
+    /// The account or product it concerns (empty when several).
+    pub subject: String,
+}
+
 /// One step of a saga: its names and its two calls.
 ///
 /// Both calls receive the saga (its order and ids) and the step (its stable
@@ -69,6 +93,10 @@ pub trait SagaStep: Send + Sync + 'static {
     async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome;
     /// Sends the compensation.
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome;
+    /// Reads what the step's participant recorded under the step's request
+    /// id, oldest first — for people inspecting the saga (the console);
+    /// never part of driving it. `Err` says why it could not be read.
+    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String>;
 }
 
 /// A definition that cannot be used.

@@ -10,7 +10,7 @@ use orchestrator::engine;
 use orchestrator::executor::{Executor, LeasePolicy, RetryPolicy};
 use orchestrator::hub::SagaHub;
 use orchestrator::saga::{Order, Saga, SagaStatus, Step, StepStatus};
-use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
 use orchestrator::store::{Created, SagaStore, SqliteSagaStore};
 use service_kit::shutdown::Shutdown;
 use std::sync::{Arc, Mutex};
@@ -70,6 +70,10 @@ impl SagaStep for FakeStep {
 
     async fn compensate(&self, _saga: &Saga, step: &Step) -> StepOutcome {
         self.answer(self.compensation, "undo", step)
+    }
+
+    async fn records(&self, _saga: &Saga, _step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+        Ok(Vec::new())
     }
 }
 

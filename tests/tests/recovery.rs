@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
-use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::{Service, Stack, Storage, fast_retry, order_request, wait_terminal};
@@ -220,6 +220,10 @@ impl SagaStep for BrokenCompensation {
             return StepOutcome::Transient("refund path is broken (test)".into());
         }
         self.inner.compensate(saga, step).await
+    }
+
+    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+        self.inner.records(saga, step).await
     }
 }
 

@@ -1,13 +1,19 @@
 //! How the order saga's steps call a participant: every request carries
 //! the call deadline, the saga's trace context and the service token (when
 //! one is configured), and every reply is classified into a domain
-//! [`StepOutcome`] here, at the edge.
+//! [`StepOutcome`] here, at the edge. The same goes for reading what a
+//! participant recorded under a step's request id
+//! (`participant.v1.OperationHistoryService/ListOperations`, which every
+//! participant serves): [`Caller::records`].
 
 use super::classify::{FailureClass, classify};
 use crate::saga::Saga;
-use crate::step::StepOutcome;
+use crate::step::{ParticipantRecord, StepOutcome};
+use saga_proto::participant::v1 as participant;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use service_kit::auth::{Role, TokenAuth};
 use std::time::Duration;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 /// What every participant call of the order saga shares.
@@ -58,5 +64,48 @@ impl Caller {
                 }
             }
         }
+    }
+
+    /// What the participant on `history` recorded under `request_id`
+    /// (ListOperations, with the deadline, trace context and service
+    /// token of a step call). `Err` carries the status, for display.
+    pub async fn records(
+        &self,
+        history: &OperationHistoryServiceClient<Channel>,
+        saga: &Saga,
+        request_id: &str,
+    ) -> Result<Vec<ParticipantRecord>, String> {
+        let request = participant::ListOperationsRequest {
+            request_id: request_id.to_owned(),
+        };
+        let reply = history
+            .clone()
+            .list_operations(self.request(saga, request))
+            .await
+            .map_err(|status| format!("{:?}: {}", status.code(), status.message()))?;
+        Ok(reply
+            .into_inner()
+            .operations
+            .into_iter()
+            .map(record)
+            .collect())
+    }
+}
+
+/// A listed operation in domain terms.
+fn record(o: participant::Operation) -> ParticipantRecord {
+    let recorded_at_ms = o
+        .recorded_at
+        .map(|t| t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000))
+        .unwrap_or_default();
+    ParticipantRecord {
+        request_id: o.request_id,
+        kind: o.kind,
+        status: o.status,
+        amount: o.amount,
+        detail: o.detail,
+        recorded_at_ms,
+        line_index: o.line_index,
+        subject: o.subject,
     }
 }

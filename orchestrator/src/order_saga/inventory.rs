@@ -3,15 +3,18 @@
 
 use super::call::Caller;
 use crate::saga::{Saga, Step};
-use crate::step::{SagaStep, StepOutcome};
+use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
 use saga_proto::inventory::v1 as pb;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use tonic::transport::Channel;
 
 /// Deduct (action) and Restock (compensation) of inventory-svc.
 pub struct InventoryStep {
     client: InventoryServiceClient<Channel>,
+    /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
+    history: OperationHistoryServiceClient<Channel>,
     caller: Caller,
 }
 
@@ -19,7 +22,8 @@ impl InventoryStep {
     /// The step over a channel to inventory-svc.
     pub fn new(channel: Channel, caller: Caller) -> Self {
         InventoryStep {
-            client: InventoryServiceClient::new(channel),
+            client: InventoryServiceClient::new(channel.clone()),
+            history: OperationHistoryServiceClient::new(channel),
             caller,
         }
     }
@@ -76,5 +80,11 @@ impl SagaStep for InventoryStep {
             .restock(self.caller.request(saga, restock))
             .await;
         Caller::outcome(reply)
+    }
+
+    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+        self.caller
+            .records(&self.history, saga, &step.request_id)
+            .await
     }
 }

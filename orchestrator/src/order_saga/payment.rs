@@ -2,8 +2,9 @@
 
 use super::call::Caller;
 use crate::saga::{Saga, Step};
-use crate::step::{SagaStep, StepOutcome};
+use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use saga_proto::payment::v1 as pb;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use tonic::transport::Channel;
@@ -11,6 +12,8 @@ use tonic::transport::Channel;
 /// Charge (action) and Refund (compensation) of payment-svc.
 pub struct PaymentStep {
     client: PaymentServiceClient<Channel>,
+    /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
+    history: OperationHistoryServiceClient<Channel>,
     caller: Caller,
 }
 
@@ -18,7 +21,8 @@ impl PaymentStep {
     /// The step over a channel to payment-svc.
     pub fn new(channel: Channel, caller: Caller) -> Self {
         PaymentStep {
-            client: PaymentServiceClient::new(channel),
+            client: PaymentServiceClient::new(channel.clone()),
+            history: OperationHistoryServiceClient::new(channel),
             caller,
         }
     }
@@ -64,5 +68,11 @@ impl SagaStep for PaymentStep {
             .refund(self.caller.request(saga, refund))
             .await;
         Caller::outcome(reply)
+    }
+
+    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+        self.caller
+            .records(&self.history, saga, &step.request_id)
+            .await
     }
 }

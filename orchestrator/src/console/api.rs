@@ -1,0 +1,365 @@
+//! The console's JSON API, over the same use cases as `saga.v1`.
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /api/sagas?status=&q=&page_token=&page_size=` | a ListSagasResponse (+ `matched`) |
+//! | `GET /api/counts` | sagas per status |
+//! | `GET /api/sagas/{id}` | a Saga |
+//! | `GET /api/sagas/{id}/records` | each step's ListOperationsResponse |
+//! | `GET /api/sagas/{id}/events` | server-sent events ([`super::events`]) |
+//! | `POST /api/sagas/{id}/retry` | RetrySaga (admin token) |
+//!
+//! Input is validated exactly as the gRPC adapters do (the same
+//! `service_kit::validate` functions, the same page tokens), and an error
+//! is `{"code", "message", "field"}` with the HTTP status of its gRPC code
+//! ([`http_status`]): INVALID_ARGUMENT 400 naming the field, NOT_FOUND 404,
+//! FAILED_PRECONDITION / ALREADY_EXISTS / ABORTED 409, UNAUTHENTICATED 401,
+//! RESOURCE_EXHAUSTED 429, UNAVAILABLE 503.
+
+use super::{Console, json};
+use crate::app::{AppError, Orchestrator};
+use crate::convert;
+use crate::grpc::{DEFAULT_PAGE, MAX_PAGE};
+use crate::saga::{Saga, SagaStatus};
+use crate::store::{Cursor, SagaFilter};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use saga_proto::saga::v1 as pb;
+use serde_json::{Value, json};
+use service_kit::validate;
+use std::sync::Arc;
+use tonic::{Code, Status};
+
+/// An API error: a gRPC status, answered with the matching HTTP status.
+#[derive(Debug)]
+pub struct ApiError(pub Status);
+
+impl From<Status> for ApiError {
+    fn from(status: Status) -> Self {
+        ApiError(status)
+    }
+}
+
+impl From<AppError> for ApiError {
+    fn from(error: AppError) -> Self {
+        ApiError(error.into())
+    }
+}
+
+/// The HTTP status and the name of a gRPC code.
+pub fn http_status(code: Code) -> (StatusCode, &'static str) {
+    match code {
+        Code::Ok => (StatusCode::OK, "OK"),
+        Code::InvalidArgument => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
+        Code::OutOfRange => (StatusCode::BAD_REQUEST, "OUT_OF_RANGE"),
+        Code::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+        Code::AlreadyExists => (StatusCode::CONFLICT, "ALREADY_EXISTS"),
+        Code::FailedPrecondition => (StatusCode::CONFLICT, "FAILED_PRECONDITION"),
+        Code::Aborted => (StatusCode::CONFLICT, "ABORTED"),
+        Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+        Code::PermissionDenied => (StatusCode::FORBIDDEN, "PERMISSION_DENIED"),
+        Code::ResourceExhausted => (StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED"),
+        Code::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
+        Code::DeadlineExceeded => (StatusCode::GATEWAY_TIMEOUT, "DEADLINE_EXCEEDED"),
+        Code::Unimplemented => (StatusCode::NOT_IMPLEMENTED, "UNIMPLEMENTED"),
+        Code::Cancelled => (
+            StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            "CANCELLED",
+        ),
+        Code::Unknown => (StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN"),
+        Code::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
+        Code::DataLoss => (StatusCode::INTERNAL_SERVER_ERROR, "DATA_LOSS"),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = http_status(self.0.code());
+        let message = self.0.message();
+        // validate::invalid writes "<field>: <problem>".
+        let field = (self.0.code() == Code::InvalidArgument)
+            .then(|| message.split_once(": ").map(|(field, _)| field))
+            .flatten();
+        let body = json!({ "code": code, "message": message, "field": field });
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"saga console\""),
+            );
+        }
+        response
+    }
+}
+
+/// An API answer.
+pub type ApiResult = Result<Json<Value>, ApiError>;
+
+/// The query of `GET /api/sagas`; every parameter is optional.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ListParams {
+    /// `SAGA_STATUS_FAILED`, `FAILED` or `failed`; empty or absent: all.
+    pub status: Option<String>,
+    /// A saga id, request id or customer id.
+    pub q: Option<String>,
+    /// `next_page_token` of the previous page.
+    pub page_token: Option<String>,
+    /// 1 to 500 (default 50), as ListSagas.
+    pub page_size: Option<String>,
+}
+
+/// The status filter: a `saga.v1.SagaStatus` name, with or without its
+/// `SAGA_STATUS_` prefix, any case. Empty or `all` means every status.
+pub fn status_param(raw: Option<&str>) -> Result<Option<SagaStatus>, Status> {
+    let raw = raw.unwrap_or_default().trim();
+    if raw.is_empty() || raw.eq_ignore_ascii_case("all") {
+        return Ok(None);
+    }
+    let upper = raw.to_ascii_uppercase();
+    let name = match upper.strip_prefix("SAGA_STATUS_") {
+        Some(_) => upper.clone(),
+        None => format!("SAGA_STATUS_{upper}"),
+    };
+    match pb::SagaStatus::from_str_name(&name) {
+        Some(pb::SagaStatus::Unspecified) | None => Err(validate::invalid(
+            "status",
+            "one of RUNNING, COMPENSATING, COMPLETED, CANCELLED, FAILED",
+        )),
+        Some(status) => convert::status_filter(status.into()),
+    }
+}
+
+fn page_size_param(raw: Option<&str>) -> Result<usize, Status> {
+    let raw = raw.unwrap_or_default().trim();
+    let value = if raw.is_empty() {
+        0
+    } else {
+        raw.parse::<i32>()
+            .map_err(|_| validate::invalid("page_size", "must be a number from 1 to 500"))?
+    };
+    validate::limit("page_size", value, DEFAULT_PAGE, MAX_PAGE)
+}
+
+/// `GET /api/sagas`: newest first, filtered by status and by `q`; paged
+/// with the tokens ListSagas uses.
+pub async fn list(State(console): State<Arc<Console>>, Query(p): Query<ListParams>) -> ApiResult {
+    let status = status_param(p.status.as_deref())?;
+    let page_size = page_size_param(p.page_size.as_deref())?;
+    let after = convert::decode_cursor(p.page_token.as_deref().unwrap_or_default())?;
+    let q = p.q.as_deref().map(str::trim).unwrap_or_default();
+    let (sagas, next, matched) = if q.is_empty() {
+        let page = console
+            .app
+            .list(&SagaFilter::status(status), page_size, after)
+            .await?;
+        (page.sagas, page.next, None)
+    } else {
+        validate::id("q", q)?;
+        search(&console.app, q, status, page_size, after).await?
+    };
+    let sagas: Vec<pb::Saga> = sagas.into_iter().map(convert::saga).collect();
+    let token = next
+        .as_ref()
+        .map(convert::encode_cursor)
+        .unwrap_or_default();
+    Ok(Json(json::page(&sagas, &token, matched)))
+}
+
+/// What a search found: the sagas, where the next page starts, which id
+/// matched.
+type Found = (Vec<Saga>, Option<Cursor>, Option<&'static str>);
+
+/// `q` as a saga id, else a request id (one saga either way), else a
+/// customer id (that customer's sagas, paged). A later page is always the
+/// customer's: only that listing has pages.
+async fn search(
+    app: &Orchestrator,
+    q: &str,
+    status: Option<SagaStatus>,
+    page_size: usize,
+    after: Option<Cursor>,
+) -> Result<Found, AppError> {
+    let wanted = |s: &Saga| status.is_none_or(|status| s.status == status);
+    if after.is_none() {
+        if let Some(saga) = found(app.get(q).await)? {
+            return Ok((
+                vec![saga].into_iter().filter(wanted).collect(),
+                None,
+                Some("saga_id"),
+            ));
+        }
+        if let Some(saga) = found(app.get_by_request_id(q).await)? {
+            let sagas = vec![saga].into_iter().filter(wanted).collect();
+            return Ok((sagas, None, Some("request_id")));
+        }
+    }
+    let filter = SagaFilter {
+        status,
+        customer_id: Some(q.to_owned()),
+    };
+    let page = app.list(&filter, page_size, after).await?;
+    Ok((page.sagas, page.next, Some("customer_id")))
+}
+
+/// A lookup's saga, `None` when there is none.
+fn found(lookup: Result<Saga, AppError>) -> Result<Option<Saga>, AppError> {
+    match lookup {
+        Ok(saga) => Ok(Some(saga)),
+        Err(AppError::NotFound(_)) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// `GET /api/counts`: how many sagas are in each status, in the order a
+/// saga passes through them, and the total.
+pub async fn counts(State(console): State<Arc<Console>>) -> ApiResult {
+    let counts = console.app.counts().await?;
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    let counts: Vec<Value> = counts
+        .into_iter()
+        .map(|(status, count)| {
+            json!({
+                "status": convert::saga_status(status).as_str_name(),
+                "count": count,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "counts": counts, "total": total })))
+}
+
+/// `GET /api/sagas/{saga_id}`: GetSaga.
+pub async fn get(State(console): State<Arc<Console>>, Path(saga_id): Path<String>) -> ApiResult {
+    validate::id("saga_id", &saga_id)?;
+    let saga = console.app.get(&saga_id).await?;
+    Ok(Json(json::saga(&convert::saga(saga))))
+}
+
+/// `GET /api/sagas/{saga_id}/records`: what each step's participant
+/// recorded under the step's request id (ListOperations on each).
+pub async fn records(
+    State(console): State<Arc<Console>>,
+    Path(saga_id): Path<String>,
+) -> ApiResult {
+    validate::id("saga_id", &saga_id)?;
+    let steps = console.app.records(&saga_id).await?;
+    Ok(Json(json::records(&saga_id, &steps)))
+}
+
+/// `POST /api/sagas/{saga_id}/retry`: RetrySaga. The admin token is
+/// checked first (so a refused call changes nothing), with the gRPC
+/// service's own check; a request a browser sends from another site is
+/// refused before that.
+pub async fn retry(
+    State(console): State<Arc<Console>>,
+    Path(saga_id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    same_origin(&headers)?;
+    console
+        .admin
+        .check(&tonic::metadata::MetadataMap::from_headers(headers))?;
+    validate::id("saga_id", &saga_id)?;
+    let saga = console.app.retry(&saga_id).await?;
+    Ok(Json(json::saga(&convert::saga(saga))))
+}
+
+/// Refuses a POST a browser sent from a page of another origin (its
+/// `Origin` names another host than the one it asked): without a token
+/// configured, such a request must not be able to retry sagas. Clients
+/// that send no `Origin` (curl) are not browsers on another site.
+fn same_origin(headers: &HeaderMap) -> Result<(), Status> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, rest)| rest);
+    match (origin_host, host) {
+        (Some(origin), Some(host)) if origin.eq_ignore_ascii_case(host) => Ok(()),
+        _ => Err(Status::permission_denied(
+            "a page of another origin may not retry sagas",
+        )),
+    }
+}
+
+/// Anything else: NOT_FOUND, as JSON.
+pub async fn not_found() -> ApiError {
+    ApiError(Status::not_found("no such page or API; see /api/sagas"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_are_read_with_or_without_prefix_in_any_case() {
+        assert_eq!(status_param(None).unwrap(), None);
+        assert_eq!(status_param(Some("")).unwrap(), None);
+        assert_eq!(status_param(Some("all")).unwrap(), None);
+        for raw in [
+            "FAILED",
+            "failed",
+            "SAGA_STATUS_FAILED",
+            "saga_status_failed",
+        ] {
+            assert_eq!(status_param(Some(raw)).unwrap(), Some(SagaStatus::Failed));
+        }
+        for bad in ["nope", "UNSPECIFIED", "SAGA_STATUS_UNSPECIFIED", "3"] {
+            let e = status_param(Some(bad)).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument);
+            assert!(e.message().starts_with("status: "), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn page_sizes_are_checked_as_list_sagas_checks_them() {
+        assert_eq!(page_size_param(None).unwrap(), DEFAULT_PAGE);
+        assert_eq!(page_size_param(Some("7")).unwrap(), 7);
+        for bad in ["x", "-1", "501", "99999999999"] {
+            let e = page_size_param(Some(bad)).unwrap_err();
+            assert!(e.message().starts_with("page_size: "), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn grpc_codes_become_their_http_statuses() {
+        assert_eq!(
+            http_status(Code::InvalidArgument).0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(http_status(Code::NotFound).0, StatusCode::NOT_FOUND);
+        assert_eq!(
+            http_status(Code::FailedPrecondition).0,
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            http_status(Code::Unauthenticated).0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            http_status(Code::Unavailable).0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn a_post_from_another_origin_is_refused() {
+        let headers = |origin: Option<&'static str>| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
+            if let Some(o) = origin {
+                h.insert(header::ORIGIN, HeaderValue::from_static(o));
+            }
+            h
+        };
+        assert!(same_origin(&headers(None)).is_ok());
+        assert!(same_origin(&headers(Some("http://127.0.0.1:8080"))).is_ok());
+        assert!(same_origin(&headers(Some("https://evil.example"))).is_err());
+        assert!(same_origin(&headers(Some("null"))).is_err());
+    }
+}

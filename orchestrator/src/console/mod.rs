@@ -1,0 +1,78 @@
+//! The saga console: a browser UI and its JSON API, served by the
+//! orchestrator itself on its own HTTP listener (`--console-listen`,
+//! default 127.0.0.1:8080; off with `--no-console`).
+//!
+//! Why here: people who run sagas live in their engine's web UI — a list to
+//! filter, one saga's timeline, the failed ones and a retry button. Serving
+//! it from the orchestrator means nothing else to deploy, and it can read
+//! through the very use cases the gRPC API uses ([`crate::app`]): no
+//! second path to the store, the same validation, and live updates fed by
+//! the same mechanism as WatchSaga ([`Orchestrator::watch`]).
+//!
+//! - [`api`]: the JSON API (`/api/...`), which mirrors the `saga.v1`
+//!   messages ([`json`]) and maps errors to HTTP statuses that match their
+//!   gRPC codes.
+//! - [`events`]: one saga followed live as server-sent events.
+//! - [`pages`]: the HTML, CSS and JavaScript in `orchestrator/console/`,
+//!   embedded in the binary (no build step, no CDN: the browser may have
+//!   no internet). Every value that came from a request is rendered as
+//!   text, never parsed as HTML; the pages' Content-Security-Policy allows
+//!   only their own scripts, as a second line.
+//!
+//! Retry is the one mutating call: a POST carrying the admin token in
+//! `Authorization: Bearer`, checked with the orchestrator's admin
+//! [`TokenAuth`] (refused 401 without it once one is configured). The
+//! console never stores the token; the page keeps it in memory only.
+
+pub mod api;
+pub mod events;
+pub mod json;
+pub mod pages;
+
+use crate::app::Orchestrator;
+use axum::Router;
+use axum::routing::{get, post};
+use service_kit::auth::TokenAuth;
+use service_kit::shutdown::Shutdown;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// What every console handler reads through.
+pub struct Console {
+    /// The orchestrator's use cases.
+    pub app: Arc<Orchestrator>,
+    /// Who may retry (the gRPC RetrySaga's admin token).
+    pub admin: TokenAuth,
+}
+
+/// The console's routes: pages, assets and the JSON API.
+pub fn router(console: Arc<Console>) -> Router {
+    Router::new()
+        .route("/", get(pages::list))
+        .route("/attention", get(pages::attention))
+        .route("/sagas/{saga_id}", get(pages::saga))
+        .route("/console/{file}", get(pages::asset))
+        .route("/api/sagas", get(api::list))
+        .route("/api/counts", get(api::counts))
+        .route("/api/sagas/{saga_id}", get(api::get))
+        .route("/api/sagas/{saga_id}/records", get(api::records))
+        .route("/api/sagas/{saga_id}/events", get(events::follow))
+        .route("/api/sagas/{saga_id}/retry", post(api::retry))
+        .fallback(api::not_found)
+        .layer(axum::middleware::map_response(pages::security_headers))
+        .with_state(console)
+}
+
+/// Serves the console on `listener` until `shutdown` fires (open event
+/// streams end then too, as WatchSaga's do).
+pub async fn serve(
+    app: Arc<Orchestrator>,
+    admin: TokenAuth,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let router = router(Arc::new(Console { app, admin }));
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .await
+}
