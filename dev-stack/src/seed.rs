@@ -1,6 +1,9 @@
 //! The demo data — two customers, two products — loaded through the
 //! participants' own admin RPCs with fixed request ids, so seeding twice
-//! (a restart, the compose `seed` job) changes nothing.
+//! (a restart, the compose `seed` job) changes nothing. `dev` also places
+//! the three demo orders of its banner ([`DEMO_ORDERS`]), so the console
+//! has sagas to show from the start; their request ids make that
+//! idempotent too.
 
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::payment::v1 as payment;
@@ -70,6 +73,42 @@ pub async fn seed(
                 quantity,
             }))
             .await?;
+    }
+    Ok(())
+}
+
+/// The banner's demo orders: (request id, customer, product, quantity,
+/// unit price in cents) — one COMPLETED, one CANCELLED at the charge, one
+/// CANCELLED at the stock (charged, then refunded).
+pub const DEMO_ORDERS: [(&str, &str, &str, i64, i64); 3] = [
+    ("demo-1", "alice", "sku-apple", 2, 150),
+    ("demo-2", "bob", "sku-apple", 1, 5_000),
+    ("demo-3", "alice", "sku-pear", 5, 200),
+];
+
+/// Places [`DEMO_ORDERS`] through the orchestrator's own CreateOrder (a
+/// restart finds them by request id and places nothing), one after the
+/// other, each waited for.
+pub async fn demo_orders(
+    orchestrator_channel: tonic::transport::Channel,
+) -> Result<(), tonic::Status> {
+    use saga_proto::saga::v1 as saga;
+    let mut orders = saga::order_service_client::OrderServiceClient::new(orchestrator_channel);
+    for (request_id, customer_id, product_id, quantity, unit_price_cents) in DEMO_ORDERS {
+        let placed = orders
+            .create_order(saga::CreateOrderRequest {
+                request_id: request_id.to_owned(),
+                customer_id: customer_id.to_owned(),
+                items: vec![saga::OrderItem {
+                    product_id: product_id.to_owned(),
+                    quantity,
+                    unit_price_cents,
+                }],
+                wait: true,
+            })
+            .await?
+            .into_inner();
+        tracing::info!(request_id, saga_id = %placed.saga_id, status = ?placed.status(), created = placed.created, "demo order");
     }
     Ok(())
 }

@@ -63,14 +63,20 @@ struct Listeners {
     payment: TcpListener,
     inventory: TcpListener,
     orchestrator: TcpListener,
+    console: Option<TcpListener>,
 }
 
 impl Listeners {
     async fn bind(config: &DevConfig) -> Result<Listeners, BoxError> {
+        let console = match config.console.listen() {
+            Some(addr) => Some(server::bind(addr).await?),
+            None => None,
+        };
         Ok(Listeners {
             payment: server::bind(config.payment_listen).await?,
             inventory: server::bind(config.inventory_listen).await?,
             orchestrator: server::bind(config.orchestrator_listen).await?,
+            console,
         })
     }
 }
@@ -94,6 +100,23 @@ fn channels(config: &DevConfig, addrs: &Addresses) -> Result<(Channel, Channel),
     Ok((channel(&addrs.payment)?, channel(&addrs.inventory)?))
 }
 
+/// Places the demo orders once the orchestrator (already bound at `addr`)
+/// serves; a failure is logged, never fatal: the demo data is a
+/// convenience.
+async fn demo_orders(config: DevConfig, addr: String) {
+    let channel =
+        match orchestrator::participant_channel_with(&format!("http://{addr}"), &config.tls) {
+            Ok(channel) => channel,
+            Err(error) => {
+                tracing::warn!(%error, "demo orders not placed");
+                return;
+            }
+        };
+    if let Err(status) = crate::seed::demo_orders(channel).await {
+        tracing::warn!(%status, "demo orders not placed");
+    }
+}
+
 /// `dev-stack dev`: runs the three services until SIGTERM/SIGINT.
 pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     let shutdown = Shutdown::new();
@@ -115,6 +138,10 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         orchestrator: listeners.orchestrator.local_addr()?.to_string(),
         payment: listeners.payment.local_addr()?.to_string(),
         inventory: listeners.inventory.local_addr()?.to_string(),
+        console: match &listeners.console {
+            Some(console) => Some(format!("http://{}/", console.local_addr()?)),
+            None => None,
+        },
     };
     let options = serve_options(&config)?;
     if config.faults.settings().is_enabled() {
@@ -151,15 +178,18 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     .definition()?;
     let settings = config.engine.settings(config.orchestrator_listen)?;
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
-    let result = orchestrator::serve_with(
+    let demo = tokio::spawn(demo_orders(config.clone(), addrs.orchestrator.clone()));
+    let result = orchestrator::serve_with_console(
         saga_store,
         Arc::new(definition),
         settings,
         options,
         listeners.orchestrator,
+        listeners.console,
         shutdown.clone(),
     )
     .await;
+    demo.abort();
     shutdown.trigger();
     for (name, task) in [("payment-svc", payment), ("inventory-svc", inventory)] {
         match task.await {
