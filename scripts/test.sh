@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command (README and .ci/run both call this).
 # Runs format and lint checks, validates compose.yaml, prepares the MongoDB
-# test target (unless MONGODB_URI points at a real MongoDB), then every test
-# in the workspace: unit tests, the storage conformance suites on both
+# test target (unless MONGODB_URI points at a real MongoDB) and the browser
+# (Debian's chromium and chromium-driver, installed when missing), then every
+# test in the workspace: unit tests, the storage conformance suites on both
 # backends, end-to-end scenarios over real gRPC servers on ephemeral ports
-# with real stores in temp dirs, the chaos soak and the load generator's
-# smoke run.
+# with real stores in temp dirs, the saga console in headless Chromium, the
+# chaos soak and the load generator's smoke run.
 #
 # Made to be read in CI: every stage's output is shown in full (nothing is
 # cut with `tail`), a failed chaos or loadgen run prints its kept work dir and
@@ -74,6 +75,13 @@ else
 fi
 # The MongoDB suites must run, never skip, in this command.
 export REQUIRE_MONGO=1
+
+stage="browser"
+echo "== browser: Debian's chromium + chromium-driver for the console test (installed when missing)"
+CHROMEDRIVER="$(./scripts/browser.sh --setup-only)"
+echo "chromedriver: $CHROMEDRIVER"
+# The console test drives that browser and must run, never skip, here.
+export CHROMEDRIVER REQUIRE_BROWSER=1
 
 stage="cargo test"
 echo "== cargo test (embedded stores and MongoDB)"

@@ -365,14 +365,29 @@ pub async fn serve_orchestrator_as(
     options: service_kit::server::ServeOptions,
     listener: tokio::net::TcpListener,
 ) -> Running {
+    serve_orchestrator_with_console(storage, definition, settings, options, listener, None).await
+}
+
+/// [`serve_orchestrator_as`], plus the saga console on `console` when
+/// given (it stops with the orchestrator).
+pub async fn serve_orchestrator_with_console(
+    storage: impl Into<Storage>,
+    definition: Arc<SagaDefinition>,
+    settings: orchestrator::Settings,
+    options: service_kit::server::ServeOptions,
+    listener: tokio::net::TcpListener,
+    console: Option<tokio::net::TcpListener>,
+) -> Running {
     let addr = listener.local_addr().expect("local addr");
     let store = storage.into().sagas().await;
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        orchestrator::serve_with(store, definition, settings, options, listener, stop)
-            .await
-            .expect("orchestrator serve");
+        orchestrator::serve_with_console(
+            store, definition, settings, options, listener, console, stop,
+        )
+        .await
+        .expect("orchestrator serve");
     });
     Running {
         addr,
