@@ -1,4 +1,5 @@
-//! Random well-typed requests to every RPC of the three services, over
+//! Random well-typed requests to every RPC of the three services (and the
+//! `OperationHistoryService` both participants serve), over
 //! gRPC (proptest, shrinking on failure): whatever arrives, no service
 //! panics or stops answering; every refusal carries a documented code for
 //! that RPC, and an INVALID_ARGUMENT names one of the request's fields
@@ -10,6 +11,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use saga_proto::faults::v1 as faults;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::inventory::v1 as inventory;
+use saga_proto::participant::v1 as participant;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as saga;
 use saga_tests::Stack;
@@ -393,6 +396,7 @@ fn random_requests_to_payment_are_served_or_refused_cleanly() {
         },
     );
     check_faults(&world, world.stack.payment.addr);
+    check_history(&world, world.stack.payment.addr);
     world.runtime.block_on(world.stack.stop());
 }
 
@@ -456,7 +460,24 @@ fn random_requests_to_inventory_are_served_or_refused_cleanly() {
         },
     );
     check_faults(&world, world.stack.inventory.addr);
+    check_history(&world, world.stack.inventory.addr);
     world.runtime.block_on(world.stack.stop());
+}
+
+/// ListOperations with random request ids: answered (known or not) or
+/// refused as INVALID_ARGUMENT naming `request_id`.
+fn check_history(world: &World, addr: std::net::SocketAddr) {
+    world.check(
+        "ListOperations",
+        id(),
+        &[Code::InvalidArgument],
+        &["request_id"],
+        |request_id| async move {
+            OperationHistoryServiceClient::new(saga_tests::channel(addr).await)
+                .list_operations(participant::ListOperationsRequest { request_id })
+                .await
+        },
+    );
 }
 
 /// SetFaults with random settings: invalid ones name their field; valid

@@ -37,11 +37,19 @@ async fn every_server_offers_health_and_reflection() {
     );
     assert_eq!(
         saga_tests::reflection::listed_services(stack.payment.addr).await,
-        expect(&["faults.v1.FaultService", "payment.v1.PaymentService"])
+        expect(&[
+            "faults.v1.FaultService",
+            "participant.v1.OperationHistoryService",
+            "payment.v1.PaymentService"
+        ])
     );
     assert_eq!(
         saga_tests::reflection::listed_services(stack.inventory.addr).await,
-        expect(&["faults.v1.FaultService", "inventory.v1.InventoryService"])
+        expect(&[
+            "faults.v1.FaultService",
+            "inventory.v1.InventoryService",
+            "participant.v1.OperationHistoryService"
+        ])
     );
 
     assert!(
@@ -54,5 +62,11 @@ async fn every_server_offers_health_and_reflection() {
     assert!(serving(stack.orchestrator().addr, "saga.v1.OrderService").await);
     assert!(serving(stack.payment.addr, "payment.v1.PaymentService").await);
     assert!(serving(stack.inventory.addr, "inventory.v1.InventoryService").await);
+    for addr in [stack.payment.addr, stack.inventory.addr] {
+        assert!(
+            saga_tests::reflection::describes(addr, "participant.v1.OperationHistoryService").await
+        );
+        assert!(serving(addr, "participant.v1.OperationHistoryService").await);
+    }
     stack.stop().await;
 }

@@ -9,6 +9,8 @@
 use participant_kit::faults::Faults;
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use saga_proto::participant::v1 as participant;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as pb;
@@ -227,6 +229,25 @@ async fn reads_need_the_service_or_the_admin_token() {
     assert_eq!(balance_as(p.payment.addr, "alice", service()).await, 1_000);
     assert_eq!(balance_as(p.payment.addr, "alice", admin()).await, 1_000);
     assert_eq!(stock_as(p.inventory.addr, "sku-apple", service()).await, 10);
+    // ListOperations, on both participants, is such a read too.
+    for addr in [p.payment.addr, p.inventory.addr] {
+        let list = || participant::ListOperationsRequest {
+            request_id: "seed-alice".into(),
+        };
+        let history = |auth: TokenAuth| async move {
+            OperationHistoryServiceClient::with_interceptor(channel(addr).await, auth)
+                .list_operations(list())
+                .await
+        };
+        refused(
+            history(TokenAuth::open_for(Role::Service)).await,
+            READ_UNAUTHENTICATED_MESSAGE,
+            "anonymous ListOperations",
+        );
+        for auth in [service(), admin()] {
+            history(auth).await.expect("ListOperations with a token");
+        }
+    }
     p.stop().await;
 }
 
