@@ -232,7 +232,8 @@ impl Services {
 }
 
 /// The orchestrator's flags (storage flags come after): short call
-/// timeouts and leases, many attempts, a fast recovery sweep.
+/// timeouts and leases, many attempts, a fast recovery sweep; no console
+/// (it would take port 8080, and the soak reads the stores itself).
 fn orchestrator_args(orch: SocketAddr, payment: SocketAddr, inventory: SocketAddr) -> Vec<String> {
     [
         "serve",
@@ -254,6 +255,7 @@ fn orchestrator_args(orch: SocketAddr, payment: SocketAddr, inventory: SocketAdd
         "10000",
         "--sweep-interval-ms",
         "200",
+        "--no-console",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -375,6 +375,8 @@ fn service_command(
         .arg(config.durability)
         .env("RUST_LOG", "warn")
         .env("NO_METRICS", "true")
+        // The orchestrator's console would take port 8080; not measured.
+        .env("NO_CONSOLE", "true")
         .env_remove("MONGODB_URI")
         .stdin(Stdio::null());
     // Nothing from the caller's environment may change the set-up (fault
