@@ -420,6 +420,7 @@ async fn a_person_follows_filters_and_retries_sagas_in_the_console() {
     b.screenshot(&docs("console-list.png")).await;
     the_status_filter_and_the_search_narrow_the_list(&mut b, &sagas).await;
     the_api_answers_errors_as_json_with_their_status(&mut b, &sagas).await;
+    the_api_pages_with_list_sagas_tokens(&mut b, &stack).await;
     a_saga_page_shows_order_steps_timeline_and_records(&mut b, &stack, &sagas).await;
     a_running_saga_page_updates_without_reload(&mut b, &stack).await;
     retry_from_needs_attention_finishes_a_failed_saga(&mut b, &stack, &sagas).await;
@@ -457,6 +458,65 @@ async fn the_api_answers_errors_as_json_with_their_status(b: &mut Browser, s: &S
     assert_eq!(refused[0], json!(401), "retry without the token: {refused}");
     let completed = fetch(b, &format!("/api/sagas/{}", s.completed), "GET").await;
     assert_eq!(completed[1]["status"], json!("SAGA_STATUS_COMPLETED"));
+}
+
+/// `/api/sagas` pages as ListSagas does, with the same tokens: a token
+/// from one continues the listing in the other.
+async fn the_api_pages_with_list_sagas_tokens(b: &mut Browser, stack: &ConsoleStack) {
+    let ids = |page: &Value| -> Vec<String> {
+        page["sagas"]
+            .as_array()
+            .map(|sagas| {
+                sagas
+                    .iter()
+                    .filter_map(|s| s["saga_id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let first = fetch(b, "/api/sagas?page_size=3", "GET").await;
+    let token = first[1]["next_page_token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!token.is_empty(), "{first}");
+    let second = fetch(
+        b,
+        &format!("/api/sagas?page_size=3&page_token={token}"),
+        "GET",
+    )
+    .await;
+    let mut sagas =
+        pb::saga_service_client::SagaServiceClient::new(channel(stack.orchestrator.addr).await);
+    let grpc = |page_token: String| pb::ListSagasRequest {
+        page_size: 3,
+        page_token,
+        ..Default::default()
+    };
+    let grpc_first = sagas
+        .list_sagas(grpc(String::new()))
+        .await
+        .expect("list")
+        .into_inner();
+    let grpc_second = sagas
+        .list_sagas(grpc(token))
+        .await
+        .expect("list")
+        .into_inner();
+    let grpc_ids = |page: &pb::ListSagasResponse| -> Vec<String> {
+        page.sagas.iter().map(|s| s.saga_id.clone()).collect()
+    };
+    assert_eq!(ids(&first[1]), grpc_ids(&grpc_first));
+    assert_eq!(ids(&second[1]), grpc_ids(&grpc_second));
+    assert_eq!(
+        first[1]["next_page_token"],
+        json!(grpc_first.next_page_token)
+    );
+    let edited = fetch(b, "/api/sagas?page_token=bm9wZQ", "GET").await;
+    assert_eq!(
+        (edited[0].clone(), edited[1]["field"].clone()),
+        (json!(400), json!("page_token"))
+    );
 }
 
 async fn a_saga_page_shows_order_steps_timeline_and_records(
