@@ -191,12 +191,16 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     .await;
     demo.abort();
     shutdown.trigger();
-    for (name, task) in [("payment-svc", payment), ("inventory-svc", inventory)] {
-        match task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!(%error, "{name} stopped with an error"),
-            Err(error) => tracing::error!(%error, "{name} panicked"),
-        }
-    }
+    stopped("payment-svc", payment).await;
+    stopped("inventory-svc", inventory).await;
     Ok(result?)
+}
+
+/// Waits for a participant's server task and logs how it ended.
+async fn stopped(name: &str, task: tokio::task::JoinHandle<Result<(), server::ServeError>>) {
+    match task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "{name} stopped with an error"),
+        Err(error) => tracing::error!(%error, "{name} panicked"),
+    }
 }

@@ -175,11 +175,7 @@ pub async fn serve_with_console(
     let served = server::serve_with(&options, routes, listener, shutdown).await;
     let _ = sweeper.await;
     if let Some(console) = console {
-        match console.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!(%error, "the console stopped with an error"),
-            Err(error) => tracing::error!(%error, "the console failed"),
-        }
+        console_stopped(console).await;
     }
     // Stopped accepting calls; let in-flight steps finish and persist.
     if tokio::time::timeout(settings.shutdown_grace, executor.drained())
@@ -192,6 +188,16 @@ pub async fn serve_with_console(
         );
     }
     served
+}
+
+/// Waits for the console's task (it ends at shutdown) and logs how it
+/// ended: the console is for people, so its failure does not stop sagas.
+async fn console_stopped(console: tokio::task::JoinHandle<std::io::Result<()>>) {
+    match console.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "the console stopped with an error"),
+        Err(error) => tracing::error!(%error, "the console failed"),
+    }
 }
 
 /// Opens the saga store: MongoDB when a URI is configured (waiting for the
