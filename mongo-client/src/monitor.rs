@@ -108,7 +108,12 @@ pub fn handler(service: &str) -> EventHandler<CommandEvent> {
                     });
             }
             if SHAPES_ON.load(Ordering::Relaxed) {
-                for shape in shapes_of(&service, &started.db, &started.command_name, &started.command) {
+                for shape in shapes_of(
+                    &service,
+                    &started.db,
+                    &started.command_name,
+                    &started.command,
+                ) {
                     SHAPES
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -128,7 +133,11 @@ fn key(shape: &QueryShape) -> String {
         shape.collection,
         shape.command,
         shape.shape,
-        shape.sort.as_ref().map(Document::to_string).unwrap_or_default()
+        shape
+            .sort
+            .as_ref()
+            .map(Document::to_string)
+            .unwrap_or_default()
     )
 }
 
@@ -193,15 +202,18 @@ pub fn shape_of(filter: &Document) -> Document {
             Bson::Document(inner) if inner.keys().any(|k| k.starts_with('$')) => {
                 Bson::Document(shape_of(inner))
             }
-            Bson::Array(items) if key.starts_with('$') => Bson::Array(
-                items
-                    .iter()
-                    .map(|item| match item {
-                        Bson::Document(d) => Bson::Document(shape_of(d)),
-                        _ => Bson::String("?".into()),
-                    })
-                    .collect(),
-            ),
+            // `$or`/`$and`/`$nor`: each branch is a filter of its own.
+            Bson::Array(items)
+                if items.iter().all(|i| matches!(i, Bson::Document(_))) && key.starts_with('$') =>
+            {
+                Bson::Array(
+                    items
+                        .iter()
+                        .filter_map(Bson::as_document)
+                        .map(|d| Bson::Document(shape_of(d)))
+                        .collect(),
+                )
+            }
             _ => Bson::String("?".into()),
         };
         shape.insert(key.clone(), shaped);
@@ -243,7 +255,10 @@ mod tests {
         let found = shapes_of("svc", "db", "update", &update);
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].collection, "products");
-        assert_eq!(found[0].shape, doc! { "_id": "?", "available": { "$gte": "?" } }.to_string());
+        assert_eq!(
+            found[0].shape,
+            doc! { "_id": "?", "available": { "$gte": "?" } }.to_string()
+        );
         let find = doc! { "find": "sagas", "filter": { "status": "failed" }, "sort": { "created_at_ms": -1 } };
         let found = shapes_of("svc", "db", "find", &find);
         assert_eq!(found[0].sort, Some(doc! { "created_at_ms": -1 }));

@@ -115,6 +115,10 @@ impl ServerOptions {
     /// The script's arguments.
     fn args(&self) -> Vec<String> {
         let mut args = vec!["--port".to_owned(), self.port.to_string()];
+        // Its log shares the tests' stderr: warnings and errors only.
+        if self.log.is_none() {
+            args.extend(["--log-level".to_owned(), "WARNING".to_owned()]);
+        }
         if let Some(path) = &self.storage_path {
             args.extend(["--storage-path".to_owned(), path.display().to_string()]);
         }
