@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README and .ci/run both call this).
 # Runs format and lint checks, validates compose.yaml, prepares the MongoDB
-# test target (unless MONGODB_URI points at a real MongoDB) and the browser
-# (Debian's chromium and chromium-driver, installed when missing), then every
-# test in the workspace: unit tests, the storage conformance suites on both
+# test target — SecantusDB, unless MONGODB_URI points at a real MongoDB —
+# and the browser (Debian's chromium and chromium-driver, installed when
+# missing), then every test in the workspace: unit tests, the storage
+# conformance suites on both
 # backends, end-to-end scenarios over real gRPC servers on ephemeral ports
 # with real stores in temp dirs, the saga console in headless Chromium, the
 # chaos soak and the load generator's smoke run.
@@ -69,9 +70,8 @@ stage="MongoDB target"
 if [ -n "${MONGODB_URI:-}" ]; then
     echo "== MongoDB target: real MongoDB (MONGODB_URI is set)"
 else
-    echo "== MongoDB target: wire-protocol emulator (no MONGODB_URI); preparing it"
-    python="$(./scripts/mongo-emulator.sh --setup-only)"
-    "$python" tests/mongo-emulator/test_emulator.py
+    echo "== MongoDB target: SecantusDB, a MongoDB-compatible server over WiredTiger (no MONGODB_URI); preparing it"
+    ./scripts/secantusdb.sh --setup-only >/dev/null
 fi
 # The MongoDB suites must run, never skip, in this command.
 export REQUIRE_MONGO=1

@@ -3,8 +3,8 @@
 //! A saga participant receives calls that may be retried, duplicated,
 //! reordered or late. The barrier makes every such call safe with one rule:
 //! **every operation is recorded under a unique key `(request_id, kind)` in
-//! the same local transaction as its effect**, and the decision what to do is
-//! taken from whichever record won the unique key — never from a read made
+//! the same local transaction as its effect**, and what a repeated call gets
+//! is decided by whichever record won the unique key — never by a read made
 //! before an insert (check-then-insert races; a unique key does not).
 //!
 //! What follows from that rule:
@@ -20,16 +20,28 @@
 //! | action again after it was undone       | [`BarrierError::AlreadyCompensated`]       |
 //! | compensation of a refused action       | nothing to undo                            |
 //!
-//! The null-compensation trick (as in DTM's barrier): a compensation inserts a
-//! `blocked` record under the *action's* key. If that insert wins, the action
-//! never ran, and when it arrives later its own insert loses and it is
-//! refused — hanging protection from the same unique key, no lock.
+//! **Effect first, record second, in one transaction.** An action applies
+//! its effect and then inserts its record with the outcome ([`record`]). If
+//! the key is already taken, the insert loses: the call returns
+//! [`Failure::Taken`], the transaction runner rolls back everything the call
+//! did — the effect included — and answers from the record that holds the
+//! key ([`replay`]). The transaction makes the order inside it irrelevant to
+//! correctness, and it saves a round trip on every first call (no claim
+//! followed by a status update), which is the common case; a repeat pays the
+//! rollback. A compensation does the same after claiming the action's key
+//! ([`begin_compensation`]).
 //!
-//! The protocol is split into `begin_*`/`finish_*` calls so each participant
-//! applies its own effect in between, inside its own transaction; the storage
-//! side is the small [`HistoryTx`] trait, so the embedded (SQLite) and MongoDB
-//! backends share this logic.
+//! The null-compensation trick (as in DTM's barrier): a compensation claims
+//! the *action's* key with a `blocked` record. If that claim wins, the
+//! action never ran, and when it arrives later its insert loses to the
+//! `blocked` record and it is refused — hanging protection from the same
+//! unique key, no lock.
+//!
+//! The storage side is the small [`HistoryTx`] trait, so the embedded
+//! (SQLite) and MongoDB backends share this logic; the transaction runners
+//! are `crate::sqlite::transact` and `crate::mongo::transact`.
 
+use crate::outcome::{ActionReply, Failure, ParticipantError, Refusal};
 use crate::record::{OperationRecord, RecordStatus};
 use service_kit::fingerprint::Fingerprint;
 use std::future::Future;
@@ -41,8 +53,18 @@ pub trait HistoryTx {
     type Error;
 
     /// Inserts `record` unless a record with the same `(request_id, kind)`
+    /// exists: true when inserted. Must rely on the backend's unique key,
+    /// never on a prior read. After a false the transaction must be rolled
+    /// back (MongoDB has aborted it already).
+    fn insert(
+        &mut self,
+        record: &OperationRecord,
+    ) -> impl Future<Output = Result<bool, Self::Error>>;
+
+    /// Inserts `record` unless a record with the same `(request_id, kind)`
     /// exists. Returns `None` when inserted, or the record that already held
-    /// the key. Must rely on the backend's unique key, never on a prior read.
+    /// the key — without aborting the transaction (a compensation goes on
+    /// with what it found).
     fn insert_or_get(
         &mut self,
         record: &OperationRecord,
@@ -54,16 +76,6 @@ pub trait HistoryTx {
         request_id: &str,
         kind: &str,
     ) -> impl Future<Output = Result<Option<OperationRecord>, Self::Error>>;
-
-    /// Sets the status and detail of a record inserted earlier in this
-    /// transaction.
-    fn set_status(
-        &mut self,
-        request_id: &str,
-        kind: &str,
-        status: RecordStatus,
-        detail: &str,
-    ) -> impl Future<Output = Result<(), Self::Error>>;
 }
 
 /// Names one barrier-protected operation: the action kind, the kind of its
@@ -84,8 +96,8 @@ pub struct Operation<'a> {
     pub fingerprint: &'a Fingerprint,
 }
 
-/// Why the barrier refused a call. Both are caller mistakes or protocol
-/// races, never transient: retrying the same call gives the same answer.
+/// Why the barrier refused a call. Each is a caller mistake or a protocol
+/// race, never transient: retrying the same call gives the same answer.
 #[derive(Debug, thiserror::Error)]
 pub enum BarrierError<E> {
     /// The request id was used before with different parameters. Refusing
@@ -127,37 +139,13 @@ pub enum BarrierError<E> {
     Store(E),
 }
 
-/// What [`begin_action`] decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ActionGate {
-    /// First arrival: apply the effect, then call [`finish_action`].
-    Proceed,
-    /// Seen before: return this recorded outcome, apply nothing.
-    Replay(Recorded),
-}
-
-/// A recorded action outcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Recorded {
-    /// Applied; `detail` is what the participant stored with it.
-    Applied {
-        /// What the participant stored with it (e.g. the balance after).
-        detail: String,
-    },
-    /// Refused for a business reason; a retry gets the same refusal.
-    Refused {
-        /// The encoded [`Refusal`](crate::Refusal).
-        detail: String,
-    },
-}
-
 /// What [`begin_compensation`] decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CompensationGate {
     /// The action was applied: undo it using the action's record, then call
     /// [`finish_compensation`].
     Undo(OperationRecord),
-    /// Nothing to do now: the result is already recorded.
+    /// Nothing to undo: the result is recorded.
     Done(CompensationResult),
 }
 
@@ -189,150 +177,173 @@ impl CompensationEffect {
             CompensationEffect::NothingToUndo => RecordStatus::NothingToUndo,
         }
     }
+
+    fn of(status: RecordStatus) -> Option<Self> {
+        match status {
+            RecordStatus::Undone => Some(CompensationEffect::Undone),
+            RecordStatus::NullCompensation => Some(CompensationEffect::NullCompensation),
+            RecordStatus::NothingToUndo => Some(CompensationEffect::NothingToUndo),
+            _ => None,
+        }
+    }
 }
 
-/// Step 1 of an action: claim `(request_id, action_kind)`.
-pub async fn begin_action<T: HistoryTx>(
+/// Records a fresh action outcome — an applied one with the detail `detail`
+/// makes of its value, or a refusal — in the same transaction as its
+/// effect, and returns it. [`Failure::Taken`] when the key was taken: roll
+/// back and [`replay`].
+pub async fn record<T: HistoryTx, V>(
     tx: &mut T,
     op: &Operation<'_>,
-) -> Result<ActionGate, BarrierError<T::Error>> {
-    let claim = OperationRecord::new(op, op.action_kind, RecordStatus::Pending);
+    outcome: Result<V, Refusal>,
+    detail: impl FnOnce(&V) -> String,
+) -> Result<ActionReply<V>, Failure<T::Error>> {
+    let (status, detail) = match &outcome {
+        Ok(value) => (RecordStatus::Applied, detail(value)),
+        Err(refusal) => (RecordStatus::Refused, refusal.encode()),
+    };
+    let mut row = OperationRecord::new(op, op.action_kind, status);
+    row.detail = detail;
+    if !tx.insert(&row).await.map_err(Failure::Store)? {
+        return Err(Failure::Taken);
+    }
+    Ok(match outcome {
+        Ok(value) => ActionReply::Applied {
+            value,
+            replayed: false,
+        },
+        Err(refusal) => ActionReply::Refused {
+            refusal,
+            replayed: false,
+        },
+    })
+}
+
+/// The answer to an action whose key was taken, from the record that holds
+/// it (`replayed: true`); an applied outcome's detail is read back with
+/// `value`. Refused when the record says the action was compensated.
+pub async fn replay<T: HistoryTx, V>(
+    tx: &mut T,
+    op: &Operation<'_>,
+    value: impl FnOnce(&str) -> Result<V, ParticipantError>,
+) -> Result<ActionReply<V>, Failure<T::Error>> {
     let Some(existing) = tx
-        .insert_or_get(&claim)
+        .get(op.request_id, op.action_kind)
         .await
-        .map_err(BarrierError::Store)?
+        .map_err(Failure::Store)?
     else {
-        return Ok(ActionGate::Proceed);
+        return Err(vanished(op, op.action_kind));
     };
     check_parameters(op, &existing)?;
     match existing.status {
         // Applied once — and undone since? Then it is not "applied" any
         // more: say so, as for an action that arrives after its
-        // compensation. (Only a repeat pays this read.)
-        RecordStatus::Applied
-            if tx
-                .get(op.request_id, op.compensation_kind)
-                .await
-                .map_err(BarrierError::Store)?
-                .is_some_and(|c| c.status == RecordStatus::Undone) =>
-        {
-            Err(BarrierError::AlreadyCompensated {
-                request_id: op.request_id.to_owned(),
-                kind: op.action_kind.to_owned(),
-            })
-        }
-        RecordStatus::Applied => Ok(ActionGate::Replay(Recorded::Applied {
-            detail: existing.detail,
-        })),
-        RecordStatus::Refused => Ok(ActionGate::Replay(Recorded::Refused {
-            detail: existing.detail,
-        })),
-        RecordStatus::Blocked => Err(BarrierError::AlreadyCompensated {
-            request_id: op.request_id.to_owned(),
-            kind: op.action_kind.to_owned(),
+        // compensation.
+        RecordStatus::Applied if undone(tx, op).await? => Err(already_compensated(op)),
+        RecordStatus::Applied => Ok(ActionReply::Applied {
+            value: value(&existing.detail).map_err(Failure::Refused)?,
+            replayed: true,
         }),
+        RecordStatus::Refused => Ok(ActionReply::Refused {
+            refusal: Refusal::decode(&existing.detail),
+            replayed: true,
+        }),
+        RecordStatus::Blocked => Err(already_compensated(op)),
         other => Err(corrupt(op, op.action_kind, other)),
     }
 }
 
-/// Step 2 of an action: record its outcome (same transaction as the effect).
-pub async fn finish_action<T: HistoryTx>(
-    tx: &mut T,
-    op: &Operation<'_>,
-    outcome: &Recorded,
-) -> Result<(), BarrierError<T::Error>> {
-    let (status, detail) = match outcome {
-        Recorded::Applied { detail } => (RecordStatus::Applied, detail),
-        Recorded::Refused { detail } => (RecordStatus::Refused, detail),
-    };
-    tx.set_status(op.request_id, op.action_kind, status, detail)
+async fn undone<T: HistoryTx>(tx: &mut T, op: &Operation<'_>) -> Result<bool, Failure<T::Error>> {
+    let compensation = tx
+        .get(op.request_id, op.compensation_kind)
         .await
-        .map_err(BarrierError::Store)
+        .map_err(Failure::Store)?;
+    Ok(compensation.is_some_and(|c| c.status == RecordStatus::Undone))
 }
 
-/// Step 1 of a compensation: claim `(request_id, compensation_kind)`, then
-/// the action's key (null compensation / hanging protection).
-///
-/// On any error the caller must roll back the transaction: the claim made
-/// here must not survive a refused call.
+/// Step 1 of a compensation: claims the action's key. If the claim wins
+/// the action never ran: a null compensation is recorded (and the action
+/// refused when it arrives). A refused action has nothing to undo. An
+/// applied one is to be undone ([`CompensationGate::Undo`]).
+/// [`Failure::Taken`] when this compensation was recorded before: roll back
+/// and [`replay_compensation`].
 pub async fn begin_compensation<T: HistoryTx>(
     tx: &mut T,
     op: &Operation<'_>,
-) -> Result<CompensationGate, BarrierError<T::Error>> {
-    let claim = OperationRecord::new(op, op.compensation_kind, RecordStatus::Pending);
-    if let Some(existing) = tx
-        .insert_or_get(&claim)
-        .await
-        .map_err(BarrierError::Store)?
-    {
-        check_parameters(op, &existing)?;
-        let effect = match existing.status {
-            RecordStatus::Undone => CompensationEffect::Undone,
-            RecordStatus::NullCompensation => CompensationEffect::NullCompensation,
-            RecordStatus::NothingToUndo => CompensationEffect::NothingToUndo,
-            other => return Err(corrupt(op, op.compensation_kind, other)),
-        };
-        return Ok(CompensationGate::Done(CompensationResult {
-            effect,
-            replayed: true,
-        }));
-    }
-
+) -> Result<CompensationGate, Failure<T::Error>> {
     let blocker = OperationRecord::new(op, op.action_kind, RecordStatus::Blocked);
-    let action = match tx
-        .insert_or_get(&blocker)
-        .await
-        .map_err(BarrierError::Store)?
-    {
-        None => return done(tx, op, CompensationEffect::NullCompensation).await,
-        Some(action) => action,
+    let Some(action) = tx.insert_or_get(&blocker).await.map_err(Failure::Store)? else {
+        return done(tx, op, CompensationEffect::NullCompensation).await;
     };
     check_parameters(op, &action)?;
     match action.status {
         RecordStatus::Applied => Ok(CompensationGate::Undo(action)),
         RecordStatus::Refused => done(tx, op, CompensationEffect::NothingToUndo).await,
+        // An earlier compensation blocked the action and recorded itself.
+        RecordStatus::Blocked => Err(Failure::Taken),
         other => Err(corrupt(op, op.action_kind, other)),
     }
 }
 
-/// Step 2 of a compensation that undid an applied action.
+/// Step 2 of a compensation that undid an applied action: records it.
+/// [`Failure::Taken`] when it was undone before: roll back (the second undo
+/// with it) and [`replay_compensation`].
 pub async fn finish_compensation<T: HistoryTx>(
     tx: &mut T,
     op: &Operation<'_>,
-) -> Result<CompensationResult, BarrierError<T::Error>> {
-    record_compensation(tx, op, CompensationEffect::Undone).await?;
-    Ok(CompensationResult {
-        effect: CompensationEffect::Undone,
-        replayed: false,
-    })
+) -> Result<CompensationResult, Failure<T::Error>> {
+    match done(tx, op, CompensationEffect::Undone).await? {
+        CompensationGate::Done(result) => Ok(result),
+        CompensationGate::Undo(_) => unreachable_gate(op),
+    }
+}
+
+/// The answer to a compensation recorded before (`replayed: true`).
+pub async fn replay_compensation<T: HistoryTx>(
+    tx: &mut T,
+    op: &Operation<'_>,
+) -> Result<CompensationResult, Failure<T::Error>> {
+    let Some(existing) = tx
+        .get(op.request_id, op.compensation_kind)
+        .await
+        .map_err(Failure::Store)?
+    else {
+        return Err(vanished(op, op.compensation_kind));
+    };
+    check_parameters(op, &existing)?;
+    match CompensationEffect::of(existing.status) {
+        Some(effect) => Ok(CompensationResult {
+            effect,
+            replayed: true,
+        }),
+        None => Err(corrupt(op, op.compensation_kind, existing.status)),
+    }
 }
 
 async fn done<T: HistoryTx>(
     tx: &mut T,
     op: &Operation<'_>,
     effect: CompensationEffect,
-) -> Result<CompensationGate, BarrierError<T::Error>> {
-    record_compensation(tx, op, effect).await?;
+) -> Result<CompensationGate, Failure<T::Error>> {
+    let row = OperationRecord::new(op, op.compensation_kind, effect.status());
+    if !tx.insert(&row).await.map_err(Failure::Store)? {
+        return Err(Failure::Taken);
+    }
     Ok(CompensationGate::Done(CompensationResult {
         effect,
         replayed: false,
     }))
 }
 
-async fn record_compensation<T: HistoryTx>(
-    tx: &mut T,
-    op: &Operation<'_>,
-    effect: CompensationEffect,
-) -> Result<(), BarrierError<T::Error>> {
-    tx.set_status(op.request_id, op.compensation_kind, effect.status(), "")
-        .await
-        .map_err(BarrierError::Store)
+/// `done` never asks for an undo; kept total without a panic.
+fn unreachable_gate<E>(op: &Operation<'_>) -> Result<CompensationResult, Failure<E>> {
+    Err(Failure::Refused(ParticipantError::Corrupt(format!(
+        "request_id {:?}: {} recorded without its outcome",
+        op.request_id, op.compensation_kind
+    ))))
 }
 
-fn check_parameters<E>(
-    op: &Operation<'_>,
-    recorded: &OperationRecord,
-) -> Result<(), BarrierError<E>> {
+fn check_parameters<E>(op: &Operation<'_>, recorded: &OperationRecord) -> Result<(), Failure<E>> {
     if recorded.fingerprint == op.fingerprint.as_str() {
         return Ok(());
     }
@@ -340,13 +351,33 @@ fn check_parameters<E>(
         request_id: op.request_id.to_owned(),
         kind: recorded.kind.clone(),
         difference: op.fingerprint.difference(&recorded.parameters),
-    })
+    }
+    .into())
 }
 
-fn corrupt<E>(op: &Operation<'_>, kind: &str, status: RecordStatus) -> BarrierError<E> {
+fn already_compensated<E>(op: &Operation<'_>) -> Failure<E> {
+    BarrierError::AlreadyCompensated {
+        request_id: op.request_id.to_owned(),
+        kind: op.action_kind.to_owned(),
+    }
+    .into()
+}
+
+fn corrupt<E>(op: &Operation<'_>, kind: &str, status: RecordStatus) -> Failure<E> {
     BarrierError::Corrupt {
         request_id: op.request_id.to_owned(),
         kind: kind.to_owned(),
         status: status.as_str().to_owned(),
     }
+    .into()
+}
+
+/// The record that took the key is gone by the time it is read (expired by
+/// retention between the two transactions): nothing is known, so the caller
+/// retries, and then finds the key free or taken again.
+fn vanished<E>(op: &Operation<'_>, kind: &str) -> Failure<E> {
+    Failure::Refused(ParticipantError::Store(format!(
+        "request_id {:?}: the {kind} record that held the key is gone; retry",
+        op.request_id
+    )))
 }

@@ -14,11 +14,11 @@
 //!   under a unique key in the same transaction as the effect; replay,
 //!   refuse or undo from whichever record won. See its table.
 //! - [`record`]: one operationHistory row and its states.
+//! - [`counter`]: a balance or an availability, moved by one conditional
+//!   statement that holds its bound.
 //! - [`outcome`]: what a participant answers (an applied or refused action,
 //!   a business [`Refusal`], a [`ParticipantError`]) and how each maps to
 //!   a gRPC status; [`Admission`] says whether to apply or refuse a call.
-//! - [`reply`]: the last steps of every action rule (record and reply,
-//!   replay, refuse through the barrier).
 //! - [`sqlite`] / [`mongo`]: the operationHistory on each backend, and the
 //!   one function per backend that runs a rule in a transaction.
 //! - [`pipeline`]: the path of every mutating call — timer, span, faults,
@@ -37,6 +37,7 @@
 
 pub mod barrier;
 pub mod config;
+pub mod counter;
 pub mod faults;
 pub mod history_service;
 pub mod metrics;
@@ -44,21 +45,19 @@ pub mod mongo;
 pub mod outcome;
 pub mod pipeline;
 pub mod record;
-pub mod reply;
 pub mod sqlite;
 pub mod startup;
 pub mod wire;
 
 pub use barrier::{
-    ActionGate, BarrierError, CompensationEffect, CompensationGate, CompensationResult, HistoryTx,
-    Operation, Recorded, begin_action, begin_compensation, finish_action, finish_compensation,
+    BarrierError, CompensationEffect, CompensationGate, CompensationResult, HistoryTx, Operation,
+    begin_compensation, finish_compensation, record, replay, replay_compensation,
 };
 pub use config::{ParticipantConfig, ParticipantDefaults};
 pub use history_service::OperationLog;
 pub use outcome::{ActionReply, Admission, Failure, ParticipantError, Refusal, RefusalReason};
 pub use pipeline::{Call, Kit};
 pub use record::{LoggedOperation, OperationRecord, RecordStatus};
-pub use reply::{finish, refuse, replay};
 pub use startup::{Participant, main};
 
 /// What [`participant_defaults!`] expands to needs; not part of the API.

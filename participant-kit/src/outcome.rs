@@ -29,11 +29,16 @@ pub enum ActionReply<T> {
 /// it for a reason decided outside them (an injected fault, a fraud check).
 /// Either way the call goes through the barrier: a refusal of a new request
 /// id is recorded like any other, and a request id seen before gets its
-/// recorded outcome replayed (see [`crate::refuse`]).
+/// recorded outcome replayed (see [`crate::record`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     /// Apply the business rules.
     Apply,
+    /// Apply them, but read before writing: set by the transaction runner
+    /// after a first attempt found, part-way through its effect, that the
+    /// rules refuse the call ([`Failure::RollBack`]) — the second attempt
+    /// finds out why without writing, and records it.
+    Verify,
     /// Refuse with this reason instead.
     Refuse(Refusal),
 }
@@ -194,15 +199,24 @@ mod tests {
     }
 }
 
-/// How a participant operation inside a store transaction failed: the store
-/// itself (kept typed, so a MongoDB transaction can still see the driver's
-/// retry labels) or a refusal decided by the barrier or the participant.
+/// How a participant operation inside a store transaction ended other than
+/// with its reply: the store failed (kept typed, so a MongoDB transaction
+/// can still see the driver's retry labels), the call is refused, or the
+/// transaction runner must roll back and go another way.
 #[derive(Debug)]
 pub enum Failure<E> {
     /// The store failed (the transaction is retried or rolled back).
     Store(E),
     /// The call is refused; the transaction must not commit.
     Refused(ParticipantError),
+    /// The operation's key was taken by an earlier call: roll back what
+    /// this call did and answer from the record (the rule's replay).
+    Taken,
+    /// The rules refuse the call, found after part of the effect was
+    /// applied (a deduction's conditional updates did not all match): roll
+    /// back and run the rule again with [`Admission::Verify`], which reads
+    /// before it writes and records the refusal.
+    RollBack,
 }
 
 impl<E> From<BarrierError<E>> for Failure<E> {
@@ -222,11 +236,19 @@ impl<E> From<BarrierError<E>> for Failure<E> {
 }
 
 impl<E: std::fmt::Display> Failure<E> {
-    /// Collapses into a [`ParticipantError`] (store errors become UNAVAILABLE).
+    /// Collapses into a [`ParticipantError`] (store errors become
+    /// UNAVAILABLE). `Taken` and `RollBack` are for the transaction runners;
+    /// one that escapes them is reported as an internal error.
     pub fn into_participant_error(self) -> ParticipantError {
         match self {
             Failure::Store(e) => ParticipantError::Store(e.to_string()),
             Failure::Refused(e) => e,
+            Failure::Taken => ParticipantError::Corrupt(
+                "the operation's key was taken, and nothing answered from its record".into(),
+            ),
+            Failure::RollBack => ParticipantError::Corrupt(
+                "the rules refused a call they had already verified".into(),
+            ),
         }
     }
 }

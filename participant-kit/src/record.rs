@@ -45,12 +45,10 @@ impl OperationRecord {
     }
 }
 
-/// Where an operation stands. Only `Pending` is transient: it exists inside
-/// an open transaction and is never committed.
+/// Where an operation stands. A record is inserted with its outcome and
+/// never changes afterwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordStatus {
-    /// Claimed inside an open transaction; never committed in this state.
-    Pending,
     /// Action applied.
     Applied,
     /// Action refused for a business reason (recorded, so replayed).
@@ -69,7 +67,6 @@ impl RecordStatus {
     /// The stored form.
     pub fn as_str(self) -> &'static str {
         match self {
-            RecordStatus::Pending => "pending",
             RecordStatus::Applied => "applied",
             RecordStatus::Refused => "refused",
             RecordStatus::Blocked => "blocked",
@@ -82,7 +79,6 @@ impl RecordStatus {
     /// Reads back [`RecordStatus::as_str`].
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
-            "pending" => RecordStatus::Pending,
             "applied" => RecordStatus::Applied,
             "refused" => RecordStatus::Refused,
             "blocked" => RecordStatus::Blocked,

@@ -1,35 +1,80 @@
 //! The operationHistory table in an embedded SQLite database.
 //!
-//! `(request_id, kind)` is the primary key, so [`HistoryTx::insert_or_get`]
-//! is an `INSERT … ON CONFLICT DO NOTHING` followed, only when the insert
-//! lost, by a read of the winner inside the same write transaction.
+//! `(request_id, kind)` is the primary key, so [`HistoryTx::insert`] is an
+//! `INSERT … ON CONFLICT DO NOTHING` that reports whether it inserted, and
+//! [`HistoryTx::insert_or_get`] reads the winner when it did not.
 //!
 //! [`transact`] runs one participant rule (effect + record) as one job of
 //! the embedded store's group commit: its own savepoint, rolled back alone
 //! when the rule fails, acknowledged only once the batch is committed.
 
-use crate::{Failure, HistoryTx, OperationRecord, ParticipantError, RecordStatus};
+use crate::counter::{Add, Counter, Take};
+use crate::{Admission, Failure, HistoryTx, OperationRecord, ParticipantError, RecordStatus};
 use embedded_store::EmbeddedDb;
 use futures::future::LocalBoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-/// Runs `rule` over `input` in one write transaction of `db`, written once
-/// for every participant's embedded store: an error (a store failure or a
-/// refusal decided inside the rule) rolls back everything the rule did.
-pub async fn transact<I, R, F>(db: &EmbeddedDb, input: I, rule: F) -> Result<R, ParticipantError>
+/// A rule over the open transaction: `apply(tx, input, admission)`.
+pub type Apply<I, R> = for<'a> fn(
+    &'a mut SqliteHistory<'a>,
+    &'a I,
+    &'a Admission,
+) -> LocalBoxFuture<'a, Result<R, Failure<rusqlite::Error>>>;
+
+/// The answer from the record when the key was taken: `replay(tx, input)`.
+pub type Replay<I, R> = for<'a> fn(
+    &'a mut SqliteHistory<'a>,
+    &'a I,
+) -> LocalBoxFuture<'a, Result<R, Failure<rusqlite::Error>>>;
+
+/// Runs a participant rule over `input` in one write transaction of `db`,
+/// written once for every participant's embedded store:
+///
+/// - `apply` with `admission`; its error (a store failure or a refusal
+///   decided inside it) rolls back everything it did;
+/// - when it finds its key taken ([`Failure::Taken`]), what it did is
+///   rolled back and `replay` answers from the record;
+/// - when it finds the rules refuse it after part of its effect
+///   ([`Failure::RollBack`]), that part is rolled back and `apply` runs
+///   again reading before writing, to record why ([`Admission::Verify`]).
+pub async fn transact<I, R>(
+    db: &EmbeddedDb,
+    input: I,
+    admission: Admission,
+    apply: Apply<I, R>,
+    replay: Replay<I, R>,
+) -> Result<R, ParticipantError>
 where
     I: Send + 'static,
     R: Send + 'static,
-    F: for<'a> FnOnce(
-            &'a mut SqliteHistory<'a>,
-            &'a I,
-        ) -> LocalBoxFuture<'a, Result<R, Failure<rusqlite::Error>>>
-        + Send
-        + 'static,
 {
     db.write(move |conn| {
-        let mut tx = SqliteHistory::new(conn);
-        SqliteHistory::run(rule(&mut tx, &input)).map_err(Failure::into_participant_error)
+        let mut admission = admission;
+        loop {
+            conn.execute_batch("SAVEPOINT rule")?;
+            let applied =
+                SqliteHistory::run(apply(&mut SqliteHistory::new(conn), &input, &admission));
+            match applied {
+                Ok(reply) => {
+                    conn.execute_batch("RELEASE rule")?;
+                    return Ok(reply);
+                }
+                Err(Failure::Taken) => {
+                    conn.execute_batch("ROLLBACK TO rule; RELEASE rule")?;
+                    let replayed =
+                        SqliteHistory::run(replay(&mut SqliteHistory::new(conn), &input));
+                    return replayed.map_err(Failure::into_participant_error);
+                }
+                Err(Failure::RollBack) if admission == Admission::Apply => {
+                    conn.execute_batch("ROLLBACK TO rule; RELEASE rule")?;
+                    admission = Admission::Verify;
+                }
+                Err(other) => {
+                    conn.execute_batch("ROLLBACK TO rule; RELEASE rule")?;
+                    return Err(other.into_participant_error());
+                }
+            }
+        }
     })
     .await
 }
@@ -73,6 +118,58 @@ impl<'c> SqliteHistory<'c> {
         self.conn
     }
 
+    /// Takes `by` from the counter under `key` if it holds that much: one
+    /// `UPDATE … WHERE value >= by RETURNING`, read only when it matched
+    /// nothing, to say why.
+    pub fn take(&mut self, c: &Counter, key: &str, by: i64) -> Result<Take, rusqlite::Error> {
+        let Counter {
+            table,
+            key: k,
+            value: v,
+        } = c;
+        let after: Option<i64> = self
+            .conn
+            .prepare_cached(&format!(
+                "UPDATE {table} SET {v} = {v} - ?2 WHERE {k} = ?1 AND {v} >= ?2 RETURNING {v}"
+            ))?
+            .query_row(params![key, by], |r| r.get(0))
+            .optional()?;
+        if let Some(after) = after {
+            return Ok(Take::Done(after));
+        }
+        Ok(match counter_value(self.conn, c, key)? {
+            None => Take::Missing,
+            Some(have) => Take::Short { have },
+        })
+    }
+
+    /// Adds `by` to the counter under `key`, creating it if absent, unless
+    /// the sum would overflow: one `INSERT … ON CONFLICT DO UPDATE … WHERE`
+    /// (SQLite would turn an overflowing sum into a float; the condition
+    /// keeps it from being computed at all).
+    pub fn add(&mut self, c: &Counter, key: &str, by: i64) -> Result<Add, rusqlite::Error> {
+        let Counter {
+            table,
+            key: k,
+            value: v,
+        } = c;
+        let after: Option<i64> = self
+            .conn
+            .prepare_cached(&format!(
+                "INSERT INTO {table} ({k}, {v}) VALUES (?1, ?2)
+                 ON CONFLICT ({k}) DO UPDATE SET {v} = {v} + excluded.{v}
+                 WHERE {v} <= ?3 RETURNING {v}"
+            ))?
+            .query_row(params![key, by, i64::MAX - by.max(0)], |r| r.get(0))
+            .optional()?;
+        Ok(match after {
+            Some(after) => Add::Done(after),
+            None => Add::Overflow {
+                have: counter_value(self.conn, c, key)?.unwrap_or_default(),
+            },
+        })
+    }
+
     /// Runs a barrier step synchronously. The SQLite implementation never
     /// suspends, so blocking on it costs nothing; the async signature exists
     /// for the MongoDB backend.
@@ -84,11 +181,47 @@ impl<'c> SqliteHistory<'c> {
 impl HistoryTx for SqliteHistory<'_> {
     type Error = rusqlite::Error;
 
+    async fn insert(&mut self, r: &OperationRecord) -> Result<bool, rusqlite::Error> {
+        insert(self.conn, r)
+    }
+
     async fn insert_or_get(
         &mut self,
         r: &OperationRecord,
     ) -> Result<Option<OperationRecord>, rusqlite::Error> {
-        let inserted = self.conn.prepare_cached(
+        if insert(self.conn, r)? {
+            return Ok(None);
+        }
+        get(self.conn, &r.request_id, &r.kind)
+    }
+
+    async fn get(
+        &mut self,
+        request_id: &str,
+        kind: &str,
+    ) -> Result<Option<OperationRecord>, rusqlite::Error> {
+        get(self.conn, request_id, kind)
+    }
+}
+
+/// The value of the counter under `key`, `None` when there is none.
+pub fn counter_value(
+    conn: &Connection,
+    c: &Counter,
+    key: &str,
+) -> Result<Option<i64>, rusqlite::Error> {
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM {} WHERE {} = ?1",
+        c.value, c.table, c.key
+    ))?
+    .query_row([key], |r| r.get(0))
+    .optional()
+}
+
+/// Inserts `r` unless its `(request_id, kind)` is taken: true when inserted.
+fn insert(conn: &Connection, r: &OperationRecord) -> Result<bool, rusqlite::Error> {
+    let inserted = conn
+        .prepare_cached(
             "INSERT INTO operation_history (request_id, kind, subject, amount, fingerprint, parameters, status, detail, recorded_at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (request_id, kind) DO NOTHING",
@@ -104,39 +237,7 @@ impl HistoryTx for SqliteHistory<'_> {
             r.detail,
             r.recorded_at_ms
         ])?;
-        if inserted == 1 {
-            return Ok(None);
-        }
-        get(self.conn, &r.request_id, &r.kind)
-    }
-
-    async fn get(
-        &mut self,
-        request_id: &str,
-        kind: &str,
-    ) -> Result<Option<OperationRecord>, rusqlite::Error> {
-        get(self.conn, request_id, kind)
-    }
-
-    async fn set_status(
-        &mut self,
-        request_id: &str,
-        kind: &str,
-        status: RecordStatus,
-        detail: &str,
-    ) -> Result<(), rusqlite::Error> {
-        let updated = self
-            .conn
-            .prepare_cached(
-                "UPDATE operation_history SET status = ?3, detail = ?4 WHERE request_id = ?1 AND kind = ?2",
-            )?
-            .execute(params![request_id, kind, status.as_str(), detail])?;
-        if updated == 1 {
-            Ok(())
-        } else {
-            Err(rusqlite::Error::QueryReturnedNoRows)
-        }
-    }
+    Ok(inserted == 1)
 }
 
 /// Reads one record.

@@ -1,15 +1,14 @@
 //! The storage targets tests run against, and how to open a fresh store on
 //! each: the embedded SQLite store in a temp dir, or MongoDB — a real one
 //! when `MONGODB_URI` is set, otherwise the MongoDB test server
-//! ([`crate::mongo_server`]: the wire-protocol emulator shipped in
-//! `tests/mongo-emulator/`, or SecantusDB with `SAGA_MONGO_SERVER=secantusdb`),
-//! started once per test binary and stopped when it exits.
+//! ([`crate::mongo_server`]: SecantusDB, a MongoDB-compatible server over
+//! WiredTiger), started once per test binary and stopped when it exits.
 //!
 //! Which target ran is printed once per test binary, straight to stderr so
-//! the test harness's output capture cannot hide it; emulated results are
-//! never called real.
+//! the test harness's output capture cannot hide it; a stand-in's results
+//! are never called real.
 
-use crate::mongo_server::{self, MongoServer, ServerKind};
+use crate::mongo_server::{self, MongoServer};
 use embedded_store::Durability;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use orchestrator::store::{MongoSagaStore, SagaStore, SqliteSagaStore};
@@ -30,10 +29,11 @@ pub struct Backend<S: ?Sized> {
 pub struct MongoTarget {
     /// Its connection string.
     pub uri: String,
-    /// "real MongoDB", or the test server's [`ServerKind::label`].
+    /// "real MongoDB", or the test server's [`mongo_server::LABEL`].
     pub label: &'static str,
-    /// The test server this binary started; `None` for a real MongoDB.
-    pub server: Option<ServerKind>,
+    /// Whether it is the test server this binary started (false for a
+    /// real MongoDB).
+    pub test_server: bool,
 }
 
 static MONGO: OnceLock<Option<MongoTarget>> = OnceLock::new();
@@ -55,7 +55,7 @@ pub fn mongo() -> Option<MongoTarget> {
                 Some(uri) => Ok(MongoTarget {
                     uri,
                     label: "real MongoDB",
-                    server: None,
+                    test_server: false,
                 }),
                 None => start_shared_server(),
             };
@@ -87,7 +87,7 @@ fn start_shared_server() -> Result<MongoTarget, String> {
     let target = MongoTarget {
         uri: server.uri(),
         label: server.label(),
-        server: Some(server.kind()),
+        test_server: true,
     };
     *SERVER.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
     // SAFETY: registers a plain extern "C" function with no arguments.

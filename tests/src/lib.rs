@@ -6,8 +6,7 @@
 //!
 //! [`backends`] opens fresh stores on every storage target and
 //! [`conformance`] holds the storage suites every backend must pass.
-//! [`mongo_server`] launches the MongoDB test server (emulator or
-//! SecantusDB) for them and for the tools (`src/bin/chaos`,
+//! [`mongo_server`] launches the MongoDB test server (SecantusDB) for them and for the tools (`src/bin/chaos`,
 //! `src/bin/loadgen`); [`process`] ties every child process to this one
 //! and stops it; [`saga_list`] pages through ListSagas.
 

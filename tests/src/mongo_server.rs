@@ -4,37 +4,32 @@
 //! generator all start a MongoDB-compatible server as a child process — the
 //! same way, here.
 //!
-//! - **Which server.** [`ServerKind::Emulator`], the wire-protocol emulator
-//!   (`scripts/mongo-emulator.sh`, the default), or [`ServerKind::SecantusDb`]
-//!   (`scripts/secantusdb.sh`). [`ServerKind::from_env`] reads
-//!   `SAGA_MONGO_SERVER`: unset, empty or `emulator` is the emulator,
-//!   `secantusdb` is SecantusDB. [`MongoServer::start_default`], and through
-//!   it the test binaries, chaos and loadgen, follow it. A real MongoDB
-//!   (`MONGODB_URI`, [`external_uri`]) replaces either where the caller
-//!   allows it.
-//! - **Ready.** Both scripts print one line `READY <port>` on stdout once
-//!   they accept connections. The launcher waits for it (a script's first
-//!   run builds its virtualenv, which can take a minute or more), then keeps
-//!   draining stdout so the server never blocks on a full pipe. Connect with
-//!   [`MongoServer::uri`].
+//! - **Which server.** SecantusDB (`scripts/secantusdb.sh`, PyPI
+//!   `secantusdb`, pinned): a MongoDB-compatible server in Python over
+//!   WiredTiger, mongod's own storage engine — concurrent transactions with
+//!   real write conflicts, transaction lifetime, TTL indexes, `explain`,
+//!   failpoints, a standalone mode. It is the most faithful stand-in these
+//!   machines can run, and it is never called a real MongoDB: a real one
+//!   (`MONGODB_URI`, [`external_uri`]) replaces it where the caller allows.
+//!   It is GPL-2.0: only ever a separate test-only process.
+//! - **Ready.** The script prints one line `READY <port>` on stdout once the
+//!   server accepts connections. The launcher waits for it (the script's
+//!   first run builds its virtualenv, which can take a minute or more), then
+//!   keeps draining stdout so the server never blocks on a full pipe.
+//!   Connect with [`MongoServer::uri`].
 //! - **Stopped.** By [`MongoServer::stop`] and on drop, also while a panic
-//!   unwinds: SIGTERM to its process group, SIGKILL after a grace (3 s for
-//!   the emulator, 5 s for SecantusDB). Its stdin is a pipe we hold, so the
-//!   emulator also exits once this process is gone, and any server is
-//!   SIGKILLed when this process dies ([`crate::process::spawn_tied`]).
-//! - **Outages with the data kept.** [`MongoServer::outage`]: the emulator
-//!   through its `{emulatorOutage: <ms>}` admin command (its data lives in
-//!   its memory, so stopping it would lose them); SecantusDB is stopped and
-//!   started again on the same port and storage path. By hand:
+//!   unwinds: SIGTERM to its process group, SIGKILL after 5 s; and SIGKILLed
+//!   when this process dies ([`crate::process::spawn_tied`]).
+//! - **Outages with the data kept.** [`MongoServer::outage`] stops the
+//!   server and starts it again on the same port and storage path. By hand:
 //!   [`MongoServer::stop`], then [`MongoServer::start_again`].
 
 use crate::process;
-use bson::doc;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,81 +42,31 @@ pub fn external_uri() -> Option<String> {
         .filter(|uri| !uri.is_empty())
 }
 
-/// Which MongoDB-compatible server to launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerKind {
-    /// `scripts/mongo-emulator.sh`: mockupdb framing + mongomock semantics,
-    /// data in memory, transactions serialised.
-    Emulator,
-    /// `scripts/secantusdb.sh`: SecantusDB, a MongoDB-compatible server over
-    /// WiredTiger, data in a storage directory.
-    SecantusDb,
-}
+/// What test output calls the test server; never "real MongoDB".
+pub const LABEL: &str =
+    "SecantusDB (MongoDB-compatible server over WiredTiger, not a real MongoDB)";
 
-impl ServerKind {
-    /// The environment variable [`ServerKind::from_env`] reads.
-    pub const ENV: &'static str = "SAGA_MONGO_SERVER";
+/// Short name: of its process and log file in the tools' output.
+pub const NAME: &str = "secantusdb";
 
-    /// The kind `SAGA_MONGO_SERVER` asks for: `emulator` (also when unset
-    /// or empty) or `secantusdb`.
-    pub fn from_env() -> Result<ServerKind, String> {
-        match std::env::var(Self::ENV) {
-            Err(_) => Ok(ServerKind::Emulator),
-            Ok(v) if v.is_empty() || v == "emulator" => Ok(ServerKind::Emulator),
-            Ok(v) if v == "secantusdb" => Ok(ServerKind::SecantusDb),
-            Ok(v) => Err(format!(
-                "{}={v:?}: expected `emulator` or `secantusdb`",
-                Self::ENV
-            )),
-        }
-    }
+/// How long it gets to exit after SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
 
-    /// What test output calls this target; never "real MongoDB".
-    pub fn label(self) -> &'static str {
-        match self {
-            ServerKind::Emulator => {
-                "emulated MongoDB (mockupdb + mongomock wire-protocol emulator, not a real server)"
-            }
-            ServerKind::SecantusDb => {
-                "SecantusDB (MongoDB-compatible server over WiredTiger, not a real MongoDB)"
-            }
-        }
-    }
-
-    /// Short name: of its process and log file in the tools' output.
-    pub fn name(self) -> &'static str {
-        match self {
-            ServerKind::Emulator => "mongo-emulator",
-            ServerKind::SecantusDb => "secantusdb",
-        }
-    }
-
-    /// How long it gets to exit after SIGTERM before SIGKILL.
-    fn grace(self) -> Duration {
-        match self {
-            ServerKind::Emulator => Duration::from_secs(3),
-            ServerKind::SecantusDb => Duration::from_secs(5),
-        }
-    }
-
-    /// `scripts/<name>.sh`: from this crate's source tree, or beside a
-    /// binary in `target/<profile>/`.
-    fn script(self) -> Result<PathBuf, String> {
-        let file = format!("{}.sh", self.name());
-        let compiled = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scripts")
-            .join(&file);
-        let beside = std::env::current_exe().ok().and_then(|exe| {
-            exe.parent()
-                .map(|dir| dir.join("../../scripts").join(&file))
-        });
-        std::iter::once(compiled)
-            .chain(beside)
-            .find(|p| p.is_file())
-            .ok_or_else(|| {
-                format!("scripts/{file} not found (set MONGODB_URI to use a real MongoDB)")
-            })
-    }
+/// `scripts/secantusdb.sh`: from this crate's source tree, or beside a
+/// binary in `target/<profile>/`.
+fn script() -> Result<PathBuf, String> {
+    let file = format!("{NAME}.sh");
+    let compiled = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(&file);
+    let beside = std::env::current_exe().ok().and_then(|exe| {
+        exe.parent()
+            .map(|dir| dir.join("../../scripts").join(&file))
+    });
+    std::iter::once(compiled)
+        .chain(beside)
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("scripts/{file} not found (set MONGODB_URI to use a real MongoDB)"))
 }
 
 /// How to run the server. The defaults suit the tests: any free port, a
@@ -130,19 +75,19 @@ impl ServerKind {
 pub struct ServerOptions {
     /// Port on 127.0.0.1; 0 picks a free one (kept for restarts).
     pub port: u16,
-    /// SecantusDB only: the data directory, reopened intact by a restart.
-    /// `None`: a fresh temp directory, removed when the server is dropped.
+    /// The data directory, reopened intact by a restart. `None`: a fresh
+    /// temp directory, removed when the server is dropped.
     pub storage_path: Option<PathBuf>,
-    /// SecantusDB only: fsync each commit (acknowledged writes survive a
+    /// fsync each commit (acknowledged writes survive a
     /// SIGKILL of the server).
     pub sync_on_commit: bool,
-    /// SecantusDB only: configureFailPoint / failCommand.
+    /// configureFailPoint / failCommand.
     pub enable_test_commands: bool,
-    /// SecantusDB only: TTL monitor interval (default 60).
+    /// TTL monitor interval (default 60).
     pub ttl_sweep_seconds: Option<u32>,
-    /// SecantusDB only: transactionLifetimeLimitSeconds (default 60).
+    /// transactionLifetimeLimitSeconds (default 60).
     pub transaction_lifetime_seconds: Option<u32>,
-    /// SecantusDB only: answer `hello` without a replica set name.
+    /// Answer `hello` without a replica set name.
     pub standalone: bool,
     /// Appends the server's stderr (its log) here; `None` inherits ours.
     pub log: Option<PathBuf>,
@@ -167,11 +112,12 @@ impl Default for ServerOptions {
 }
 
 impl ServerOptions {
-    /// The script's arguments for `kind`.
-    fn args(&self, kind: ServerKind) -> Vec<String> {
+    /// The script's arguments.
+    fn args(&self) -> Vec<String> {
         let mut args = vec!["--port".to_owned(), self.port.to_string()];
-        if kind == ServerKind::Emulator {
-            return args;
+        // Its log shares the tests' stderr: warnings and errors only.
+        if self.log.is_none() {
+            args.extend(["--log-level".to_owned(), "WARNING".to_owned()]);
         }
         if let Some(path) = &self.storage_path {
             args.extend(["--storage-path".to_owned(), path.display().to_string()]);
@@ -206,10 +152,9 @@ impl ServerOptions {
 /// A MongoDB test server of ours: started, restartable on the same port and
 /// storage, stopped when dropped.
 pub struct MongoServer {
-    kind: ServerKind,
     /// `port` is the one the server reported, so a restart reuses it.
     options: ServerOptions,
-    /// The storage directory we made (SecantusDB without `storage_path`);
+    /// The storage directory we made (when no `storage_path` was given);
     /// removed after the server stops.
     _temp_storage: Option<tempfile::TempDir>,
     state: State,
@@ -224,10 +169,10 @@ enum State {
 }
 
 impl MongoServer {
-    /// Starts a server of `kind` and waits until it accepts connections.
-    pub fn start(kind: ServerKind, mut options: ServerOptions) -> Result<MongoServer, String> {
+    /// Starts a server and waits until it accepts connections.
+    pub fn start(mut options: ServerOptions) -> Result<MongoServer, String> {
         let mut temp_storage = None;
-        if kind == ServerKind::SecantusDb && options.storage_path.is_none() {
+        if options.storage_path.is_none() {
             let dir = tempfile::Builder::new()
                 .prefix("secantusdb-")
                 .tempdir()
@@ -235,30 +180,23 @@ impl MongoServer {
             options.storage_path = Some(dir.path().to_path_buf());
             temp_storage = Some(dir);
         }
-        let (running, port) = Running::spawn(kind, &options)?;
+        let (running, port) = Running::spawn(&options)?;
         options.port = port;
         Ok(MongoServer {
-            kind,
             options,
             _temp_storage: temp_storage,
             state: State::Up(running),
         })
     }
 
-    /// Starts the server `SAGA_MONGO_SERVER` names ([`ServerKind::from_env`])
-    /// with default options.
+    /// Starts a server with default options.
     pub fn start_default() -> Result<MongoServer, String> {
-        Self::start(ServerKind::from_env()?, ServerOptions::default())
+        Self::start(ServerOptions::default())
     }
 
-    /// Which server this is.
-    pub fn kind(&self) -> ServerKind {
-        self.kind
-    }
-
-    /// What test output calls it ([`ServerKind::label`]).
+    /// What test output calls it ([`LABEL`]).
     pub fn label(&self) -> &'static str {
-        self.kind.label()
+        LABEL
     }
 
     /// Its port on 127.0.0.1 (the same across restarts).
@@ -292,7 +230,7 @@ impl MongoServer {
             State::Up(running) => drop(running),
             State::ComingBack(restart) => match restart.join() {
                 Ok(result) => drop(result?),
-                Err(_) => return Err(format!("restarting {} panicked", self.kind.name())),
+                Err(_) => return Err(format!("restarting {NAME} panicked")),
             },
             State::Down => {}
         }
@@ -300,67 +238,43 @@ impl MongoServer {
     }
 
     /// Starts it again, stopped first if need be, on the same port and
-    /// storage path (SecantusDB reopens its data; the emulator starts empty).
+    /// storage path (it reopens its data).
     pub fn start_again(&mut self) -> Result<(), String> {
         self.stop()?;
-        let (running, _) = Running::spawn(self.kind, &self.options)?;
+        let (running, _) = Running::spawn(&self.options)?;
         self.state = State::Up(running);
         Ok(())
     }
 
     /// Makes the server unreachable for `length` (connections closed, port
-    /// refused), keeping its data; returns once it is down. The emulator
-    /// comes back by itself; SecantusDB is started again by a thread of ours
-    /// (a later [`MongoServer::stop`] or drop waits for that).
+    /// refused), keeping its data; returns once it is down. A thread of
+    /// ours starts it again on the same port and storage (a later
+    /// [`MongoServer::stop`] or drop waits for that).
     pub async fn outage(&mut self, length: Duration) -> Result<(), String> {
-        match self.kind {
-            ServerKind::Emulator => self.emulator_outage(length).await,
-            ServerKind::SecantusDb => {
-                let began = Instant::now();
-                let running = match std::mem::replace(&mut self.state, State::Down) {
-                    State::Up(running) => running,
-                    other => {
-                        self.state = other;
-                        return Err("SecantusDB is not up".into());
-                    }
-                };
-                tokio::task::spawn_blocking(move || drop(running))
-                    .await
-                    .map_err(|e| format!("stopping SecantusDB: {e}"))?;
-                let (kind, options) = (self.kind, self.options.clone());
-                self.state = State::ComingBack(std::thread::spawn(move || {
-                    std::thread::sleep(length.saturating_sub(began.elapsed()));
-                    Running::spawn(kind, &options).map(|(running, _)| running)
-                }));
-                Ok(())
+        let began = Instant::now();
+        let running = match std::mem::replace(&mut self.state, State::Down) {
+            State::Up(running) => running,
+            other => {
+                self.state = other;
+                return Err(format!("{NAME} is not up"));
             }
-        }
-    }
-
-    /// `{emulatorOutage: <ms>}` on the admin database.
-    async fn emulator_outage(&self, length: Duration) -> Result<(), String> {
-        let uri = format!("{}&serverSelectionTimeoutMS=2000", self.uri());
-        let client = mongodb::Client::with_uri_str(uri)
+        };
+        tokio::task::spawn_blocking(move || drop(running))
             .await
-            .map_err(|e| format!("admin client: {e}"))?;
-        let ms = i64::try_from(length.as_millis()).unwrap_or(i64::MAX);
-        let reply = client
-            .database("admin")
-            .run_command(doc! { "emulatorOutage": ms })
-            .await
-            .map_err(|e| format!("emulatorOutage: {e}"))?;
-        if reply.get_f64("ok").ok() == Some(1.0) {
-            Ok(())
-        } else {
-            Err(format!("emulatorOutage: {reply}"))
-        }
+            .map_err(|e| format!("stopping {NAME}: {e}"))?;
+        let options = self.options.clone();
+        self.state = State::ComingBack(std::thread::spawn(move || {
+            std::thread::sleep(length.saturating_sub(began.elapsed()));
+            Running::spawn(&options).map(|(running, _)| running)
+        }));
+        Ok(())
     }
 }
 
 impl Drop for MongoServer {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
-            eprintln!("stopping {}: {e}", self.kind.name());
+            eprintln!("stopping {NAME}: {e}");
         }
     }
 }
@@ -368,15 +282,12 @@ impl Drop for MongoServer {
 /// One life of the server process; stopping it is dropping it.
 struct Running {
     child: Child,
-    /// Held open: the emulator exits when it closes.
-    stdin: Option<ChildStdin>,
-    grace: Duration,
 }
 
 impl Running {
     /// Runs the script and waits for `READY <port>`; returns the port.
-    fn spawn(kind: ServerKind, options: &ServerOptions) -> Result<(Running, u16), String> {
-        let script = kind.script()?;
+    fn spawn(options: &ServerOptions) -> Result<(Running, u16), String> {
+        let script = script()?;
         let stderr = match &options.log {
             Some(path) => OpenOptions::new()
                 .create(true)
@@ -388,8 +299,8 @@ impl Running {
         };
         let mut cmd = Command::new("bash");
         cmd.arg(&script)
-            .args(options.args(kind))
-            .stdin(Stdio::piped())
+            .args(options.args())
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
             // Its own group, so a stop also reaches what the script runs
@@ -398,11 +309,7 @@ impl Running {
         let mut child = process::spawn_tied(cmd)
             .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
         let ready = child.stdout.take().map(watch_for_ready);
-        let running = Running {
-            stdin: child.stdin.take(),
-            child,
-            grace: kind.grace(),
-        };
+        let running = Running { child };
         let why = match ready.map(|r| r.recv_timeout(options.ready_within)) {
             Some(Ok(Some(port))) => return Ok((running, port)),
             Some(Ok(None)) => "exited or printed a bad READY line",
@@ -417,17 +324,13 @@ impl Running {
                 process::log_tail(path, 20).join("\n")
             )
         });
-        Err(format!(
-            "{} did not print READY <port> ({why}){log}",
-            kind.name()
-        ))
+        Err(format!("{NAME} did not print READY <port> ({why}){log}"))
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.stdin.take();
-        if let Err(e) = process::stop(&mut self.child, self.grace) {
+        if let Err(e) = process::stop(&mut self.child, GRACE) {
             eprintln!("stopping MongoDB test server pid {}: {e}", self.child.id());
         }
     }
@@ -460,17 +363,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_emulator_gets_only_its_port() {
-        let options = ServerOptions {
-            port: 4242,
-            storage_path: Some("/data".into()),
-            sync_on_commit: true,
-            ..ServerOptions::default()
-        };
-        assert_eq!(options.args(ServerKind::Emulator), ["--port", "4242"]);
-    }
-
-    #[test]
     fn secantusdb_gets_every_option_it_is_given() {
         let options = ServerOptions {
             port: 4242,
@@ -483,7 +375,7 @@ mod tests {
             ..ServerOptions::default()
         };
         assert_eq!(
-            options.args(ServerKind::SecantusDb),
+            options.args(),
             [
                 "--port",
                 "4242",
@@ -502,16 +394,11 @@ mod tests {
             storage_path: Some("/data".into()),
             ..ServerOptions::default()
         };
-        assert_eq!(
-            plain.args(ServerKind::SecantusDb),
-            ["--port", "0", "--storage-path", "/data"]
-        );
+        assert_eq!(plain.args(), ["--port", "0", "--storage-path", "/data"]);
     }
 
     #[test]
-    fn labels_never_claim_a_real_mongodb() {
-        for kind in [ServerKind::Emulator, ServerKind::SecantusDb] {
-            assert!(kind.label().contains("not a real"), "{}", kind.label());
-        }
+    fn the_label_never_claims_a_real_mongodb() {
+        assert!(LABEL.contains("not a real"), "{LABEL}");
     }
 }

@@ -1,6 +1,6 @@
 //! The same storage conformance suites on MongoDB: a real server when
-//! `MONGODB_URI` is set, else the wire-protocol emulator (the target is
-//! printed when the first test starts).
+//! `MONGODB_URI` is set, else the MongoDB test server, SecantusDB (the
+//! target is printed when the first test starts).
 
 mod payment_store {
     saga_tests::payment_store_conformance!(saga_tests::backends::mongo_payment);

@@ -17,16 +17,19 @@
 //! A refusal decided inside the transaction is returned as a custom error
 //! so the transaction is aborted and nothing it claimed survives.
 
-use super::stock::{self, LineStatus, RecordedLine, StockTx};
-use super::{DEDUCT, Deduction, InventoryStore, ProductOperation, ProductView, StockAddition};
+use super::stock::{self, LineStatus, RecordedLine, STOCK, StockTx};
+use super::{
+    DEDUCT, Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition,
+};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::FutureExt;
 use futures::TryStreamExt;
-use mongo_client::{duplicate_key, index, int64};
+use mongo_client::{duplicate_key, index};
 use mongodb::Database;
 use mongodb::error::Error;
-use participant_kit::mongo::{self as history, MongoHistory, unavailable};
+use participant_kit::counter::Add;
+use participant_kit::mongo::{self as history, MongoHistory, participant_error};
 use participant_kit::{
     ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
 };
@@ -76,13 +79,15 @@ fn line_id(request_id: &str, line_index: i64) -> String {
 
 /// The availability in a product document, `None` without a document.
 fn available_in(product: Option<Document>) -> Result<Option<i64>, Error> {
-    product
-        .map(|p| int64(&p, "available").ok_or_else(|| bad(PRODUCTS, "available")))
-        .transpose()
+    product.map(|p| history::counter_in(&STOCK, &p)).transpose()
 }
 
 fn recorded_line(d: &Document) -> Result<RecordedLine, Error> {
-    let number = |f: &str| int64(d, f).ok_or_else(|| bad(DEDUCT_LINES, f));
+    let number = |f: &str| {
+        mongo_client::integer(DEDUCT_LINES, d, f)
+            .map_err(Error::custom)?
+            .ok_or_else(|| bad(DEDUCT_LINES, f))
+    };
     let status = d
         .get_str("status")
         .ok()
@@ -105,7 +110,11 @@ fn product_operation(d: &Document) -> Result<ProductOperation, Error> {
             .map(str::to_owned)
             .map_err(|_| bad(DEDUCT_LINES, f))
     };
-    let number = |f: &str| int64(d, f).ok_or_else(|| bad(DEDUCT_LINES, f));
+    let number = |f: &str| {
+        mongo_client::integer(DEDUCT_LINES, d, f)
+            .map_err(Error::custom)?
+            .ok_or_else(|| bad(DEDUCT_LINES, f))
+    };
     let line_index =
         i32::try_from(number("line_index")?).map_err(|_| bad(DEDUCT_LINES, "line_index"))?;
     Ok(ProductOperation {
@@ -121,49 +130,38 @@ fn product_operation(d: &Document) -> Result<ProductOperation, Error> {
 
 impl StockTx for MongoHistory<'_> {
     async fn available(&mut self, product_id: &str) -> Result<Option<i64>, Error> {
-        let product = self
-            .db
-            .collection::<Document>(PRODUCTS)
-            .find_one(doc! { "_id": product_id })
-            .session(&mut *self.session)
-            .await?;
-        available_in(product)
+        self.counter(&STOCK, product_id).await
     }
 
-    async fn set_available(&mut self, product_id: &str, units: i64) -> Result<(), Error> {
-        self.db
-            .collection::<Document>(PRODUCTS)
-            .update_one(
-                doc! { "_id": product_id },
-                doc! { "$set": { "available": units } },
-            )
-            .upsert(true)
-            .session(&mut *self.session)
-            .await?;
-        Ok(())
+    async fn take(&mut self, takes: &[(&str, i64)]) -> Result<bool, Error> {
+        self.take_all(&STOCK, takes).await
     }
 
-    async fn insert_line(
+    async fn give(&mut self, product_id: &str, units: i64) -> Result<Add, Error> {
+        self.add(&STOCK, product_id, units).await
+    }
+
+    async fn insert_lines(
         &mut self,
         request_id: &str,
-        line_index: i64,
-        product_id: &str,
-        quantity: i64,
+        lines: &[Line],
         recorded_at_ms: i64,
     ) -> Result<bool, Error> {
-        let line = doc! {
-            "_id": line_id(request_id, line_index),
-            "request_id": request_id,
-            "line_index": line_index,
-            "product_id": product_id,
-            "quantity": quantity,
-            "status": LineStatus::Deducted.as_str(),
-            "recorded_at_ms": recorded_at_ms,
-        };
+        let documents = (0_i64..).zip(lines).map(|(line_index, line)| {
+            doc! {
+                "_id": line_id(request_id, line_index),
+                "request_id": request_id,
+                "line_index": line_index,
+                "product_id": &line.product_id,
+                "quantity": line.quantity,
+                "status": LineStatus::Deducted.as_str(),
+                "recorded_at_ms": recorded_at_ms,
+            }
+        });
         let inserted = self
             .db
             .collection::<Document>(DEDUCT_LINES)
-            .insert_one(line)
+            .insert_many(documents)
             .session(&mut *self.session)
             .await;
         match inserted {
@@ -190,29 +188,24 @@ impl StockTx for MongoHistory<'_> {
             .db
             .collection::<Document>(DEDUCT_LINES)
             .find(doc! { "request_id": request_id })
-            .sort(doc! { "line_index": 1 })
+            .sort(doc! { "request_id": 1, "line_index": 1 })
             .session(&mut *self.session)
             .await?;
         let docs: Vec<Document> = cursor.stream(&mut *self.session).try_collect().await?;
         docs.iter().map(recorded_line).collect()
     }
 
-    async fn set_line_status(
-        &mut self,
-        request_id: &str,
-        line_index: i64,
-        status: LineStatus,
-    ) -> Result<bool, Error> {
+    async fn mark_restocked(&mut self, request_id: &str) -> Result<u64, Error> {
         let updated = self
             .db
             .collection::<Document>(DEDUCT_LINES)
-            .update_one(
-                doc! { "_id": line_id(request_id, line_index) },
-                doc! { "$set": { "status": status.as_str() } },
+            .update_many(
+                doc! { "request_id": request_id, "status": LineStatus::Deducted.as_str() },
+                doc! { "$set": { "status": LineStatus::Restocked.as_str() } },
             )
             .session(&mut *self.session)
             .await?;
-        Ok(updated.matched_count == 1)
+        Ok(updated.modified_count)
     }
 }
 
@@ -223,21 +216,39 @@ impl InventoryStore for MongoInventoryStore {
         deduction: Deduction,
         admission: Admission,
     ) -> Result<ActionReply<()>, ParticipantError> {
-        history::transact(&self.db, (deduction, admission), |tx, (d, a)| {
-            stock::deduct(tx, d, a).boxed()
-        })
+        history::transact(
+            &self.db,
+            deduction,
+            admission,
+            |tx, d, a| stock::deduct(tx, d, a).boxed(),
+            |tx, d| stock::replay_deduct(tx, d).boxed(),
+        )
         .await
     }
 
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
-        history::transact(&self.db, deduction, |tx, d| stock::restock(tx, d).boxed()).await
+        history::transact(
+            &self.db,
+            deduction,
+            Admission::Apply,
+            |tx, d, _| stock::restock(tx, d).boxed(),
+            |tx, d| stock::replay_restock(tx, d).boxed(),
+        )
+        .await
     }
 
     async fn add_stock(
         &self,
         addition: StockAddition,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        history::transact(&self.db, addition, |tx, a| stock::add_stock(tx, a).boxed()).await
+        history::transact(
+            &self.db,
+            addition,
+            Admission::Apply,
+            |tx, a, _| stock::add_stock(tx, a).boxed(),
+            |tx, a| stock::replay_add_stock(tx, a).boxed(),
+        )
+        .await
     }
 
     async fn product(
@@ -250,8 +261,8 @@ impl InventoryStore for MongoInventoryStore {
             .collection::<Document>(PRODUCTS)
             .find_one(doc! { "_id": &product_id })
             .await
-            .map_err(unavailable)?;
-        let Some(available) = available_in(product).map_err(unavailable)? else {
+            .map_err(participant_error)?;
+        let Some(available) = available_in(product).map_err(participant_error)? else {
             return Ok(None);
         };
         let limit = i64::try_from(operation_limit).unwrap_or(i64::MAX);
@@ -262,18 +273,18 @@ impl InventoryStore for MongoInventoryStore {
             .sort(doc! { "recorded_at_ms": -1, "request_id": -1, "line_index": -1 })
             .limit(limit)
             .await
-            .map_err(unavailable)?
+            .map_err(participant_error)?
             .try_collect()
             .await
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         let lines = docs
             .iter()
             .map(product_operation)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         let operations = history::recent_for_subject(&self.db, &product_id, operation_limit)
             .await
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         Ok(Some(ProductView::merge(
             product_id,
             available,
@@ -292,7 +303,7 @@ impl OperationLog for MongoInventoryStore {
     ) -> Result<Vec<LoggedOperation>, ParticipantError> {
         let records = history::records_of(&self.db, &request_id)
             .await
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         // Served by the unique (request_id, line_index) index.
         let docs: Vec<Document> = self
             .db
@@ -300,10 +311,10 @@ impl OperationLog for MongoInventoryStore {
             .find(doc! { "request_id": &request_id })
             .sort(doc! { "line_index": 1 })
             .await
-            .map_err(unavailable)?
+            .map_err(participant_error)?
             .try_collect()
             .await
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         let lines = docs
             .iter()
             .map(|d| {
@@ -313,7 +324,7 @@ impl OperationLog for MongoInventoryStore {
                 Ok(product_operation(d)?.logged(product_id.to_owned()))
             })
             .collect::<Result<Vec<_>, Error>>()
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         Ok(super::logged_operations(records, lines))
     }
 }

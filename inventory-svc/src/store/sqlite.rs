@@ -8,16 +8,19 @@
 //! float); this is safe because the whole call runs inside the single
 //! writer's transaction.
 
-use super::stock::{self, LineStatus, RecordedLine, StockTx};
-use super::{DEDUCT, Deduction, InventoryStore, ProductOperation, ProductView, StockAddition};
+use super::stock::{self, LineStatus, RecordedLine, STOCK, StockTx};
+use super::{
+    DEDUCT, Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition,
+};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
 use futures::FutureExt;
+use participant_kit::counter::{Add, Take};
 use participant_kit::sqlite::{self as history, SqliteHistory, transact};
 use participant_kit::{
     ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use std::path::Path;
 
 const SCHEMA: &str = "
@@ -54,51 +57,52 @@ impl SqliteInventoryStore {
     }
 }
 
-fn available(conn: &Connection, product_id: &str) -> Result<Option<i64>, rusqlite::Error> {
-    conn.prepare_cached("SELECT available FROM products WHERE product_id = ?1")?
-        .query_row([product_id], |r| r.get(0))
-        .optional()
-}
-
 impl StockTx for SqliteHistory<'_> {
     async fn available(&mut self, product_id: &str) -> Result<Option<i64>, rusqlite::Error> {
-        available(self.conn(), product_id)
+        history::counter_value(self.conn(), &STOCK, product_id)
     }
 
-    async fn set_available(&mut self, product_id: &str, units: i64) -> Result<(), rusqlite::Error> {
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO products (product_id, available) VALUES (?1, ?2)
-                 ON CONFLICT (product_id) DO UPDATE SET available = excluded.available",
-            )?
-            .execute(params![product_id, units])?;
-        Ok(())
+    async fn take(&mut self, takes: &[(&str, i64)]) -> Result<bool, rusqlite::Error> {
+        for &(product_id, units) in takes {
+            if !matches!(
+                SqliteHistory::take(self, &STOCK, product_id, units)?,
+                Take::Done(_)
+            ) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
-    async fn insert_line(
+    async fn give(&mut self, product_id: &str, units: i64) -> Result<Add, rusqlite::Error> {
+        SqliteHistory::add(self, &STOCK, product_id, units)
+    }
+
+    async fn insert_lines(
         &mut self,
         request_id: &str,
-        line_index: i64,
-        product_id: &str,
-        quantity: i64,
+        lines: &[Line],
         recorded_at_ms: i64,
     ) -> Result<bool, rusqlite::Error> {
-        let inserted = self
-            .conn()
-            .prepare_cached(
-                "INSERT INTO deduct_lines (request_id, line_index, product_id, quantity, status, recorded_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (request_id, line_index) DO NOTHING",
-            )?
-            .execute(params![
+        let mut insert = self.conn().prepare_cached(
+            "INSERT INTO deduct_lines (request_id, line_index, product_id, quantity, status, recorded_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (request_id, line_index) DO NOTHING",
+        )?;
+        for (line_index, line) in (0_i64..).zip(lines) {
+            let inserted = insert.execute(params![
                 request_id,
                 line_index,
-                product_id,
-                quantity,
+                line.product_id,
+                line.quantity,
                 LineStatus::Deducted.as_str(),
                 recorded_at_ms
             ])?;
-        Ok(inserted == 1)
+            if inserted == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     async fn lines_of(&mut self, request_id: &str) -> Result<Vec<RecordedLine>, rusqlite::Error> {
@@ -125,19 +129,18 @@ impl StockTx for SqliteHistory<'_> {
         rows.collect()
     }
 
-    async fn set_line_status(
-        &mut self,
-        request_id: &str,
-        line_index: i64,
-        status: LineStatus,
-    ) -> Result<bool, rusqlite::Error> {
+    async fn mark_restocked(&mut self, request_id: &str) -> Result<u64, rusqlite::Error> {
         let updated = self
             .conn()
             .prepare_cached(
-                "UPDATE deduct_lines SET status = ?3 WHERE request_id = ?1 AND line_index = ?2",
+                "UPDATE deduct_lines SET status = ?2 WHERE request_id = ?1 AND status = ?3",
             )?
-            .execute(params![request_id, line_index, status.as_str()])?;
-        Ok(updated == 1)
+            .execute(params![
+                request_id,
+                LineStatus::Restocked.as_str(),
+                LineStatus::Deducted.as_str()
+            ])?;
+        Ok(u64::try_from(updated).unwrap_or(u64::MAX))
     }
 }
 
@@ -198,7 +201,7 @@ fn product_in(
 ) -> Result<Option<ProductView>, ParticipantError> {
     // One read transaction, so availability and history are one snapshot.
     let tx = conn.unchecked_transaction()?;
-    let Some(available) = available(&tx, &product_id)? else {
+    let Some(available) = history::counter_value(&tx, &STOCK, &product_id)? else {
         return Ok(None);
     };
     let lines = recent_lines(&tx, &product_id, limit)?;
@@ -216,16 +219,24 @@ impl InventoryStore for SqliteInventoryStore {
         deduction: Deduction,
         admission: Admission,
     ) -> Result<ActionReply<()>, ParticipantError> {
-        transact(&self.db, (deduction, admission), |tx, (d, a)| {
-            stock::deduct(tx, d, a).boxed_local()
-        })
+        transact(
+            &self.db,
+            deduction,
+            admission,
+            |tx, d, a| stock::deduct(tx, d, a).boxed_local(),
+            |tx, d| stock::replay_deduct(tx, d).boxed_local(),
+        )
         .await
     }
 
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
-        transact(&self.db, deduction, |tx, d| {
-            stock::restock(tx, d).boxed_local()
-        })
+        transact(
+            &self.db,
+            deduction,
+            Admission::Apply,
+            |tx, d, _| stock::restock(tx, d).boxed_local(),
+            |tx, d| stock::replay_restock(tx, d).boxed_local(),
+        )
         .await
     }
 
@@ -233,9 +244,13 @@ impl InventoryStore for SqliteInventoryStore {
         &self,
         addition: StockAddition,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        transact(&self.db, addition, |tx, a| {
-            stock::add_stock(tx, a).boxed_local()
-        })
+        transact(
+            &self.db,
+            addition,
+            Admission::Apply,
+            |tx, a, _| stock::add_stock(tx, a).boxed_local(),
+            |tx, a| stock::replay_add_stock(tx, a).boxed_local(),
+        )
         .await
     }
 
@@ -307,8 +322,10 @@ mod tests {
     }
 
     /// A line that cannot be recorded fails the call, and the savepoint
-    /// takes back everything the rule did before it: the lines already
-    /// taken and the barrier's claim.
+    /// takes back everything the rule did before it: the stock taken and
+    /// the lines already recorded. With no record to answer from, the
+    /// caller is told to retry (a record expired by retention looks the
+    /// same).
     #[tokio::test]
     async fn a_failing_line_rolls_back_the_whole_deduct() {
         let (_dir, store) = open();
@@ -335,7 +352,7 @@ mod tests {
             .deduct(order("o1", &[("apple", 2), ("apple", 3)]), Admission::Apply)
             .await;
         assert!(
-            matches!(result, Err(ParticipantError::Corrupt(ref m)) if m.contains("line 1")),
+            matches!(result, Err(ParticipantError::Store(ref m)) if m.contains("is gone; retry")),
             "{result:?}"
         );
         let view = store.product("apple".into(), 100).await.unwrap().unwrap();

@@ -1,24 +1,28 @@
 //! The inventory rules, written once for every backend.
 //!
 //! Deduct, restock and add stock are generic over [`StockTx`]: the
-//! barrier's [`HistoryTx`] plus a few primitive reads and writes of
-//! products and deducted order lines, all inside one local transaction of
-//! whatever backend runs them.
+//! barrier's [`HistoryTx`] plus a few primitive statements on products and
+//! deducted order lines, all inside one local transaction of whatever
+//! backend runs them.
 //!
-//! A deduction is checked as a whole first (quantities of repeated products
-//! added up), so a refusal takes nothing and is recorded; only then is each
-//! line taken and recorded under `(request_id, line_index)`. Should any line
-//! fail anyway, the rule returns an error and the backend rolls back the
-//! whole transaction — every line and the history record. Restock puts back
-//! exactly the recorded lines. Availability is computed in Rust with checked
-//! arithmetic (no backend's silent overflow behaviour matters), which is
-//! safe because the transaction isolates each read from its write.
+//! **Write first, in conditional statements.** A deduction takes every
+//! product at once — each take conditional on the product holding the
+//! quantity (repeated products added up first), see
+//! [`participant_kit::counter`] — then records its lines under
+//! `(request_id, line_index)` and its operationHistory record. When a take
+//! does not match, part of the deduction may already be applied: the rule
+//! asks for a rollback ([`Failure::RollBack`]) and runs again with
+//! [`Admission::Verify`], which reads the products first and records the
+//! refusal without writing. The common case (enough stock) thus costs one
+//! statement for the stock, one for the lines and one for the record; a
+//! refusal pays a rollback. Restock puts back exactly the recorded lines.
 
-use super::{ADD_STOCK, DEDUCT, Deduction, RESTOCK, StockAddition};
+use super::{ADD_STOCK, DEDUCT, Deduction, Line, RESTOCK, StockAddition};
+use participant_kit::counter::{Add, Counter};
 use participant_kit::{
-    ActionGate, ActionReply, Admission, CompensationGate, CompensationResult, Failure, HistoryTx,
-    Operation, ParticipantError, Refusal, RefusalReason, begin_action, begin_compensation, finish,
-    finish_compensation, refuse, replay,
+    ActionReply, Admission, CompensationGate, CompensationResult, Failure, HistoryTx, Operation,
+    ParticipantError, Refusal, RefusalReason, begin_compensation, finish_compensation, record,
+    replay, replay_compensation,
 };
 use service_kit::fingerprint::Fingerprint;
 use service_kit::time::now_ms;
@@ -66,6 +70,14 @@ pub struct RecordedLine {
     pub status: LineStatus,
 }
 
+/// Where availability lives: `products (product_id, available)`; in
+/// MongoDB `{_id: product_id, available}`.
+pub const STOCK: Counter = Counter {
+    table: "products",
+    key: "product_id",
+    value: "available",
+};
+
 /// What the inventory rules need from a store transaction.
 pub trait StockTx: HistoryTx {
     /// Units available of `product_id`, `None` when there is no product.
@@ -74,23 +86,27 @@ pub trait StockTx: HistoryTx {
         product_id: &str,
     ) -> impl Future<Output = Result<Option<i64>, Self::Error>>;
 
-    /// Sets the availability, creating the product if absent.
-    fn set_available(
+    /// Takes every `(product_id, units)` (distinct products) if each
+    /// holds its units: true when all were taken. On false some may have
+    /// been taken — the rule must roll back.
+    fn take(&mut self, takes: &[(&str, i64)]) -> impl Future<Output = Result<bool, Self::Error>>;
+
+    /// Adds units to a product, creating it if absent, unless the sum
+    /// would overflow.
+    fn give(
         &mut self,
         product_id: &str,
         units: i64,
-    ) -> impl Future<Output = Result<(), Self::Error>>;
+    ) -> impl Future<Output = Result<Add, Self::Error>>;
 
-    /// Records a line taken from stock (status [`LineStatus::Deducted`]).
-    /// Returns false, inserting nothing, when `(request_id, line_index)` is
-    /// already recorded — decided by the backend's unique key, never by a
-    /// prior read.
-    fn insert_line(
+    /// Records the lines of a deduction (status [`LineStatus::Deducted`],
+    /// `line_index` = position). False when any `(request_id, line_index)`
+    /// is already recorded — decided by the backend's unique key, never by
+    /// a prior read; the rule must then roll back.
+    fn insert_lines(
         &mut self,
         request_id: &str,
-        line_index: i64,
-        product_id: &str,
-        quantity: i64,
+        lines: &[Line],
         recorded_at_ms: i64,
     ) -> impl Future<Output = Result<bool, Self::Error>>;
 
@@ -100,14 +116,11 @@ pub trait StockTx: HistoryTx {
         request_id: &str,
     ) -> impl Future<Output = Result<Vec<RecordedLine>, Self::Error>>;
 
-    /// Sets the status of one recorded line; false when there is no such
-    /// line.
-    fn set_line_status(
+    /// Marks every deducted line of `request_id` restocked; how many.
+    fn mark_restocked(
         &mut self,
         request_id: &str,
-        line_index: i64,
-        status: LineStatus,
-    ) -> impl Future<Output = Result<bool, Self::Error>>;
+    ) -> impl Future<Output = Result<u64, Self::Error>>;
 }
 
 /// The barrier operation of a deduction (and of its restock). The subject
@@ -174,9 +187,9 @@ fn per_product(d: &Deduction) -> Result<Vec<(&str, i64)>, ParticipantError> {
 /// Why the deduction cannot be applied as a whole, if it cannot.
 async fn check_stock<T: StockTx>(
     tx: &mut T,
-    d: &Deduction,
+    needs: &[(&str, i64)],
 ) -> Result<Option<Refusal>, Failure<T::Error>> {
-    for (product, requested) in per_product(d).map_err(Failure::Refused)? {
+    for &(product, requested) in needs {
         match tx.available(product).await.map_err(Failure::Store)? {
             None => {
                 return Ok(Some(Refusal::new(
@@ -198,55 +211,11 @@ async fn check_stock<T: StockTx>(
     Ok(None)
 }
 
-/// Takes every line and records it; any failure aborts the whole call.
-async fn take_lines<T: StockTx>(tx: &mut T, d: &Deduction) -> Result<(), Failure<T::Error>> {
-    let recorded_at_ms = now_ms();
-    for (i, line) in d.lines.iter().enumerate() {
-        let line_index = i64::try_from(i).map_err(|_| {
-            Failure::Refused(ParticipantError::OutOfRange(format!(
-                "request_id {:?}: too many lines",
-                d.request_id
-            )))
-        })?;
-        let left = tx
-            .available(&line.product_id)
-            .await
-            .map_err(Failure::Store)?
-            .and_then(|have| have.checked_sub(line.quantity))
-            .filter(|left| *left >= 0);
-        let Some(left) = left else {
-            return Err(Failure::Refused(ParticipantError::Corrupt(format!(
-                "request_id {:?}: line {i} (product {:?}, {} units) could not be deducted after the stock check passed",
-                d.request_id, line.product_id, line.quantity
-            ))));
-        };
-        tx.set_available(&line.product_id, left)
-            .await
-            .map_err(Failure::Store)?;
-        let inserted = tx
-            .insert_line(
-                &d.request_id,
-                line_index,
-                &line.product_id,
-                line.quantity,
-                recorded_at_ms,
-            )
-            .await
-            .map_err(Failure::Store)?;
-        if !inserted {
-            return Err(Failure::Refused(ParticipantError::Corrupt(format!(
-                "request_id {:?}: line {i} is already recorded although the deduct was not",
-                d.request_id
-            ))));
-        }
-    }
-    Ok(())
-}
-
 /// Takes every line, or nothing: refused when a product is unknown or short.
-/// A refusal decided outside the stock rules (`admission`) goes through the
-/// barrier too (see [`participant_kit::refuse`]): a deduction already
-/// applied stays applied.
+/// A refusal decided outside the stock rules (`admission`) is recorded the
+/// same way; when the request id was recorded before, the call is rolled
+/// back and [`replay_deduct`] answers — a deduction already applied stays
+/// applied.
 pub async fn deduct<T: StockTx>(
     tx: &mut T,
     d: &Deduction,
@@ -255,20 +224,49 @@ pub async fn deduct<T: StockTx>(
     let amount = total_units(d).map_err(Failure::Refused)?;
     let fingerprint = d.fingerprint();
     let op = deduct_operation(d, amount, &fingerprint);
-    if let Admission::Refuse(refusal) = admission {
-        return refuse(tx, &op, refusal, |_| Ok(())).await;
-    }
-    if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
-        return replay(recorded, |_| Ok(()));
-    }
-    let outcome = match check_stock(tx, d).await? {
-        Some(refusal) => Err(refusal),
-        None => {
-            take_lines(tx, d).await?;
-            Ok(())
-        }
+    let needs = per_product(d).map_err(Failure::Refused)?;
+    let outcome = match admission {
+        Admission::Refuse(refusal) => Err(refusal.clone()),
+        Admission::Verify => match check_stock(tx, &needs).await? {
+            Some(refusal) => Err(refusal),
+            None => take_lines(tx, d, &needs).await.map(Ok)?,
+        },
+        Admission::Apply => take_lines(tx, d, &needs).await.map(Ok)?,
     };
-    finish(tx, &op, outcome, |_| String::new()).await
+    record(tx, &op, outcome, |_| String::new()).await
+}
+
+/// Takes the products and records the lines. A take that does not match,
+/// or a line already recorded, asks for a rollback (the rule runs again
+/// verifying first, or replays).
+async fn take_lines<T: StockTx>(
+    tx: &mut T,
+    d: &Deduction,
+    needs: &[(&str, i64)],
+) -> Result<(), Failure<T::Error>> {
+    if !tx.take(needs).await.map_err(Failure::Store)? {
+        return Err(Failure::RollBack);
+    }
+    let recorded = tx
+        .insert_lines(&d.request_id, &d.lines, now_ms())
+        .await
+        .map_err(Failure::Store)?;
+    if !recorded {
+        // Lines are recorded only with their deduct record, so the deduct
+        // key is taken too: answer from it.
+        return Err(Failure::Taken);
+    }
+    Ok(())
+}
+
+/// What a deduction whose request id was recorded before answers.
+pub async fn replay_deduct<T: StockTx>(
+    tx: &mut T,
+    d: &Deduction,
+) -> Result<ActionReply<()>, Failure<T::Error>> {
+    let amount = total_units(d).map_err(Failure::Refused)?;
+    let fingerprint = d.fingerprint();
+    replay(tx, &deduct_operation(d, amount, &fingerprint), |_| Ok(())).await
 }
 
 /// Compensates the deduction with the same request id and lines: puts back
@@ -284,36 +282,43 @@ pub async fn restock<T: StockTx>(
         return Ok(result);
     }
     let lines = tx.lines_of(&d.request_id).await.map_err(Failure::Store)?;
-    for line in lines {
-        if line.status != LineStatus::Deducted {
-            continue;
-        }
-        let have = tx
-            .available(&line.product_id)
+    for line in lines.iter().filter(|l| l.status == LineStatus::Deducted) {
+        let given = tx
+            .give(&line.product_id, line.quantity)
             .await
-            .map_err(Failure::Store)?
-            .unwrap_or(0);
-        let restored = have.checked_add(line.quantity).ok_or_else(|| {
-            Failure::Refused(ParticipantError::OutOfRange(format!(
+            .map_err(Failure::Store)?;
+        if let Add::Overflow { have } = given {
+            return Err(Failure::Refused(ParticipantError::OutOfRange(format!(
                 "restock of {} units would overflow the availability of product {:?} ({have} units)",
                 line.quantity, line.product_id
-            )))
-        })?;
-        tx.set_available(&line.product_id, restored)
-            .await
-            .map_err(Failure::Store)?;
-        let updated = tx
-            .set_line_status(&d.request_id, line.line_index, LineStatus::Restocked)
-            .await
-            .map_err(Failure::Store)?;
-        if !updated {
-            return Err(Failure::Refused(ParticipantError::Corrupt(format!(
-                "request_id {:?}: line {} vanished while it was restocked",
-                d.request_id, line.line_index
             ))));
         }
     }
-    Ok(finish_compensation(tx, &op).await?)
+    tx.mark_restocked(&d.request_id)
+        .await
+        .map_err(Failure::Store)?;
+    finish_compensation(tx, &op).await
+}
+
+/// What a restock recorded before answers.
+pub async fn replay_restock<T: StockTx>(
+    tx: &mut T,
+    d: &Deduction,
+) -> Result<CompensationResult, Failure<T::Error>> {
+    let amount = total_units(d).map_err(Failure::Refused)?;
+    let fingerprint = d.fingerprint();
+    replay_compensation(tx, &deduct_operation(d, amount, &fingerprint)).await
+}
+
+fn addition_operation<'a>(a: &'a StockAddition, fingerprint: &'a Fingerprint) -> Operation<'a> {
+    Operation {
+        request_id: &a.request_id,
+        action_kind: ADD_STOCK,
+        compensation_kind: RESTOCK,
+        subject: &a.product_id,
+        amount: a.quantity,
+        fingerprint,
+    }
 }
 
 /// Adds units, creating the product if absent. Returns the new availability.
@@ -330,36 +335,14 @@ pub async fn add_stock<T: StockTx>(
         ))));
     }
     let fingerprint = a.fingerprint();
-    let op = Operation {
-        request_id: &a.request_id,
-        action_kind: ADD_STOCK,
-        compensation_kind: RESTOCK,
-        subject: &a.product_id,
-        amount: a.quantity,
-        fingerprint: &fingerprint,
-    };
-    if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
-        return replay(recorded, |detail| {
-            detail.parse().map_err(|_| {
-                ParticipantError::Corrupt(format!(
-                    "recorded availability {detail:?} is not a number"
-                ))
-            })
-        });
-    }
-    let have = tx
-        .available(&a.product_id)
+    let op = addition_operation(a, &fingerprint);
+    let outcome = match tx
+        .give(&a.product_id, a.quantity)
         .await
         .map_err(Failure::Store)?
-        .unwrap_or(0);
-    let outcome = match have.checked_add(a.quantity) {
-        Some(total) => {
-            tx.set_available(&a.product_id, total)
-                .await
-                .map_err(Failure::Store)?;
-            Ok(total)
-        }
-        None => Err(Refusal::new(
+    {
+        Add::Done(total) => Ok(total),
+        Add::Overflow { have } => Err(Refusal::new(
             RefusalReason::Overflow,
             format!(
                 "adding {} units would overflow the availability of product {:?} ({have} units)",
@@ -367,7 +350,21 @@ pub async fn add_stock<T: StockTx>(
             ),
         )),
     };
-    finish(tx, &op, outcome, i64::to_string).await
+    record(tx, &op, outcome, i64::to_string).await
+}
+
+/// What a stock addition whose request id was recorded before answers.
+pub async fn replay_add_stock<T: StockTx>(
+    tx: &mut T,
+    a: &StockAddition,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let fingerprint = a.fingerprint();
+    replay(tx, &addition_operation(a, &fingerprint), |detail| {
+        detail.parse().map_err(|_| {
+            ParticipantError::Corrupt(format!("recorded availability {detail:?} is not a number"))
+        })
+    })
+    .await
 }
 
 #[cfg(test)]

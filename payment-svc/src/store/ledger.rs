@@ -1,34 +1,53 @@
 //! The payment rules, written once for every backend.
 //!
 //! Charge, refund and deposit are generic over [`LedgerTx`]: the barrier's
-//! [`HistoryTx`] plus reading and writing a balance, all inside one local
-//! transaction of whatever backend runs them. Balances are computed in Rust
-//! with checked arithmetic (no backend's silent overflow behaviour matters),
-//! which is safe because the transaction isolates the read from the write.
+//! [`HistoryTx`] plus two primitive balance moves, all inside one local
+//! transaction of whatever backend runs them. Each move is one conditional
+//! statement — take only if the balance holds it, add only if the sum fits
+//! an int64 — so a balance can never go negative or overflow, whatever
+//! runs concurrently, and a charge costs the store one statement for the
+//! money and one for its record ([`participant_kit::record`]).
+//!
+//! Each action comes with its replay: what a call answers when its request
+//! id was recorded before (the transaction runner rolls the call back and
+//! asks it).
 
 use super::{CHARGE, DEPOSIT, REFUND, Transfer};
+use participant_kit::counter::{Add, Counter, Take};
 use participant_kit::{
-    ActionGate, ActionReply, Admission, CompensationGate, CompensationResult, Failure, HistoryTx,
-    Operation, ParticipantError, Refusal, RefusalReason, begin_action, begin_compensation, finish,
-    finish_compensation, refuse, replay,
+    ActionReply, Admission, CompensationGate, CompensationResult, Failure, HistoryTx, Operation,
+    ParticipantError, Refusal, RefusalReason, begin_compensation, finish_compensation, record,
+    replay, replay_compensation,
 };
 use service_kit::fingerprint::Fingerprint;
 use std::future::Future;
 
-/// What the payment rules need from a store transaction.
-pub trait LedgerTx: HistoryTx {
-    /// Balance of `customer_id`, `None` when there is no account.
-    fn balance(
-        &mut self,
-        customer_id: &str,
-    ) -> impl Future<Output = Result<Option<i64>, Self::Error>>;
+/// Where balances live: `accounts (customer_id, balance_cents)`; in
+/// MongoDB `{_id: customer_id, balance_cents}`.
+pub const BALANCES: Counter = Counter {
+    table: "accounts",
+    key: "customer_id",
+    value: "balance_cents",
+};
 
-    /// Sets the balance, creating the account if absent.
-    fn set_balance(
+/// What the payment rules need from a store transaction: the barrier plus
+/// the two balance moves (each one conditional statement, see
+/// [`participant_kit::counter`]).
+pub trait LedgerTx: HistoryTx {
+    /// Takes `cents` from `customer_id`'s balance if it holds that much.
+    fn withdraw(
         &mut self,
         customer_id: &str,
         cents: i64,
-    ) -> impl Future<Output = Result<(), Self::Error>>;
+    ) -> impl Future<Output = Result<Take, Self::Error>>;
+
+    /// Adds `cents` to `customer_id`'s balance, creating the account if
+    /// absent, unless the sum would overflow.
+    fn credit(
+        &mut self,
+        customer_id: &str,
+        cents: i64,
+    ) -> impl Future<Output = Result<Add, Self::Error>>;
 }
 
 fn operation<'a>(
@@ -54,8 +73,9 @@ fn balance(detail: &str) -> Result<i64, ParticipantError> {
 }
 
 /// Takes the amount from the balance, or records why not. A refusal decided
-/// outside the ledger (`admission`) goes through the barrier too (see
-/// [`participant_kit::refuse`]): a charge already applied stays applied.
+/// outside the ledger (`admission`) is recorded the same way; when the
+/// request id was recorded before, the call is rolled back and
+/// [`replay_charge`] answers — a charge already applied stays applied.
 pub async fn charge<T: LedgerTx>(
     tx: &mut T,
     t: &Transfer,
@@ -63,33 +83,38 @@ pub async fn charge<T: LedgerTx>(
 ) -> Result<ActionReply<i64>, Failure<T::Error>> {
     let fingerprint = t.fingerprint();
     let op = operation(t, CHARGE, &fingerprint);
-    if let Admission::Refuse(refusal) = admission {
-        return refuse(tx, &op, refusal, balance).await;
-    }
-    if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
-        return replay(recorded, balance);
-    }
-    let outcome = match tx.balance(&t.customer_id).await.map_err(Failure::Store)? {
-        None => Err(Refusal::new(
-            RefusalReason::NotFound,
-            format!("customer {:?} has no account", t.customer_id),
-        )),
-        Some(have) if have < t.amount_cents => Err(Refusal::new(
-            RefusalReason::Insufficient,
-            format!(
-                "insufficient funds: customer {:?} has {have} cents, charge needs {}",
-                t.customer_id, t.amount_cents
-            ),
-        )),
-        Some(have) => {
-            let left = have - t.amount_cents;
-            tx.set_balance(&t.customer_id, left)
-                .await
-                .map_err(Failure::Store)?;
-            Ok(left)
-        }
+    let outcome = match admission {
+        Admission::Refuse(refusal) => Err(refusal.clone()),
+        // One conditional update: nothing to verify before it.
+        Admission::Apply | Admission::Verify => match tx
+            .withdraw(&t.customer_id, t.amount_cents)
+            .await
+            .map_err(Failure::Store)?
+        {
+            Take::Done(left) => Ok(left),
+            Take::Missing => Err(Refusal::new(
+                RefusalReason::NotFound,
+                format!("customer {:?} has no account", t.customer_id),
+            )),
+            Take::Short { have } => Err(Refusal::new(
+                RefusalReason::Insufficient,
+                format!(
+                    "insufficient funds: customer {:?} has {have} cents, charge needs {}",
+                    t.customer_id, t.amount_cents
+                ),
+            )),
+        },
     };
-    finish(tx, &op, outcome, i64::to_string).await
+    record(tx, &op, outcome, i64::to_string).await
+}
+
+/// What a charge whose request id was recorded before answers.
+pub async fn replay_charge<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    replay(tx, &operation(t, CHARGE, &fingerprint), balance).await
 }
 
 /// Compensates the charge with the same request id and parameters.
@@ -103,21 +128,26 @@ pub async fn refund<T: LedgerTx>(
         CompensationGate::Done(result) => return Ok(result),
         CompensationGate::Undo(charge) => charge,
     };
-    let have = tx
-        .balance(&charge.subject)
-        .await
-        .map_err(Failure::Store)?
-        .unwrap_or(0);
-    let restored = have.checked_add(charge.amount).ok_or_else(|| {
-        Failure::Refused(ParticipantError::OutOfRange(format!(
-            "refund of {} cents would overflow the balance of {:?}",
-            charge.amount, charge.subject
-        )))
-    })?;
-    tx.set_balance(&charge.subject, restored)
+    let credited = tx
+        .credit(&charge.subject, charge.amount)
         .await
         .map_err(Failure::Store)?;
-    Ok(finish_compensation(tx, &op).await?)
+    if let Add::Overflow { have } = credited {
+        return Err(Failure::Refused(ParticipantError::OutOfRange(format!(
+            "refund of {} cents would overflow the balance of {:?} ({have} cents)",
+            charge.amount, charge.subject
+        ))));
+    }
+    finish_compensation(tx, &op).await
+}
+
+/// What a refund recorded before answers.
+pub async fn replay_refund<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+) -> Result<CompensationResult, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    replay_compensation(tx, &operation(t, CHARGE, &fingerprint)).await
 }
 
 /// Adds money, creating the account if absent.
@@ -127,22 +157,13 @@ pub async fn deposit<T: LedgerTx>(
 ) -> Result<ActionReply<i64>, Failure<T::Error>> {
     let fingerprint = t.fingerprint();
     let op = operation(t, DEPOSIT, &fingerprint);
-    if let ActionGate::Replay(recorded) = begin_action(tx, &op).await? {
-        return replay(recorded, balance);
-    }
-    let have = tx
-        .balance(&t.customer_id)
+    let outcome = match tx
+        .credit(&t.customer_id, t.amount_cents)
         .await
         .map_err(Failure::Store)?
-        .unwrap_or(0);
-    let outcome = match have.checked_add(t.amount_cents) {
-        Some(total) => {
-            tx.set_balance(&t.customer_id, total)
-                .await
-                .map_err(Failure::Store)?;
-            Ok(total)
-        }
-        None => Err(Refusal::new(
+    {
+        Add::Done(total) => Ok(total),
+        Add::Overflow { have } => Err(Refusal::new(
             RefusalReason::Overflow,
             format!(
                 "deposit of {} cents would overflow the balance of {:?} ({have} cents)",
@@ -150,5 +171,14 @@ pub async fn deposit<T: LedgerTx>(
             ),
         )),
     };
-    finish(tx, &op, outcome, i64::to_string).await
+    record(tx, &op, outcome, i64::to_string).await
+}
+
+/// What a deposit whose request id was recorded before answers.
+pub async fn replay_deposit<T: LedgerTx>(
+    tx: &mut T,
+    t: &Transfer,
+) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    let fingerprint = t.fingerprint();
+    replay(tx, &operation(t, DEPOSIT, &fingerprint), balance).await
 }

@@ -2,27 +2,31 @@
 //!
 //! Charge, refund and deposit each touch two documents — the account and
 //! the operationHistory record — so each runs in a **multi-document
-//! transaction** (a single-document update cannot make the effect and its
-//! record atomic). The driver's `and_run` retries the whole transaction on
-//! TransientTransactionError (e.g. a WriteConflict when two calls with the
-//! same request id race) and retries an unknown commit result. A refusal
-//! decided inside the transaction is returned as a custom error so the
-//! transaction is aborted and nothing it claimed survives.
+//! transaction** (`participant_kit::mongo::transact`: a single-document
+//! update cannot make the effect and its record atomic).
+//!
+//! A balance moves in **one conditional update**: `findOneAndUpdate` whose
+//! filter holds the condition (`balance_cents >= amount`, or `<= MAX -
+//! amount` for an addition) and that the balance is an integer, with `$inc`
+//! — so two transactions that each saw enough money cannot both take the
+//! last cents, and a charge is three round trips in all: the update, the
+//! record's insert, the commit. Only when the update matches nothing is the
+//! account read, to say why (no account, too little, or a balance stored as
+//! another type — which is an error naming the document, never read as
+//! missing and never written over; see `mongo_client::fields`).
 
-use super::ledger::{self, LedgerTx};
+use super::ledger::{self, BALANCES, LedgerTx};
 use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::FutureExt;
-use mongo_client::int64;
 use mongodb::Database;
 use mongodb::error::Error;
-use participant_kit::mongo::{self as history, MongoHistory, unavailable};
+use participant_kit::counter::{Add, Take};
+use participant_kit::mongo::{self as history, MongoHistory, participant_error};
 use participant_kit::{
     ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
 };
-
-const ACCOUNTS: &str = "accounts";
 
 /// Payment store in a MongoDB database.
 #[derive(Clone, Debug)]
@@ -42,27 +46,12 @@ impl MongoPaymentStore {
 }
 
 impl LedgerTx for MongoHistory<'_> {
-    async fn balance(&mut self, customer_id: &str) -> Result<Option<i64>, Error> {
-        let account = self
-            .db
-            .collection::<Document>(ACCOUNTS)
-            .find_one(doc! { "_id": customer_id })
-            .session(&mut *self.session)
-            .await?;
-        Ok(account.and_then(|a| int64(&a, "balance_cents")))
+    async fn withdraw(&mut self, customer_id: &str, cents: i64) -> Result<Take, Error> {
+        self.take(&BALANCES, customer_id, cents).await
     }
 
-    async fn set_balance(&mut self, customer_id: &str, cents: i64) -> Result<(), Error> {
-        self.db
-            .collection::<Document>(ACCOUNTS)
-            .update_one(
-                doc! { "_id": customer_id },
-                doc! { "$set": { "balance_cents": cents } },
-            )
-            .upsert(true)
-            .session(&mut *self.session)
-            .await?;
-        Ok(())
+    async fn credit(&mut self, customer_id: &str, cents: i64) -> Result<Add, Error> {
+        self.add(&BALANCES, customer_id, cents).await
     }
 }
 
@@ -73,18 +62,36 @@ impl PaymentStore for MongoPaymentStore {
         charge: Transfer,
         admission: Admission,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        history::transact(&self.db, (charge, admission), |tx, (t, a)| {
-            ledger::charge(tx, t, a).boxed()
-        })
+        history::transact(
+            &self.db,
+            charge,
+            admission,
+            |tx, t, a| ledger::charge(tx, t, a).boxed(),
+            |tx, t| ledger::replay_charge(tx, t).boxed(),
+        )
         .await
     }
 
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError> {
-        history::transact(&self.db, refund, |tx, t| ledger::refund(tx, t).boxed()).await
+        history::transact(
+            &self.db,
+            refund,
+            Admission::Apply,
+            |tx, t, _| ledger::refund(tx, t).boxed(),
+            |tx, t| ledger::replay_refund(tx, t).boxed(),
+        )
+        .await
     }
 
     async fn deposit(&self, deposit: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        history::transact(&self.db, deposit, |tx, t| ledger::deposit(tx, t).boxed()).await
+        history::transact(
+            &self.db,
+            deposit,
+            Admission::Apply,
+            |tx, t, _| ledger::deposit(tx, t).boxed(),
+            |tx, t| ledger::replay_deposit(tx, t).boxed(),
+        )
+        .await
     }
 
     async fn account(
@@ -94,17 +101,18 @@ impl PaymentStore for MongoPaymentStore {
     ) -> Result<Option<AccountView>, ParticipantError> {
         let account = self
             .db
-            .collection::<Document>(ACCOUNTS)
+            .collection::<Document>(BALANCES.table)
             .find_one(doc! { "_id": &customer_id })
             .await
-            .map_err(unavailable)?;
-        let Some(balance_cents) = account.and_then(|a| int64(&a, "balance_cents")) else {
+            .map_err(participant_error)?;
+        let Some(account) = account else {
             return Ok(None);
         };
+        let balance_cents = history::counter_in(&BALANCES, &account).map_err(participant_error)?;
         let recent_operations =
             history::recent_for_subject(&self.db, &customer_id, operation_limit)
                 .await
-                .map_err(unavailable)?;
+                .map_err(participant_error)?;
         Ok(Some(AccountView {
             customer_id,
             balance_cents,
@@ -121,7 +129,7 @@ impl OperationLog for MongoPaymentStore {
     ) -> Result<Vec<LoggedOperation>, ParticipantError> {
         let records = history::records_of(&self.db, &request_id)
             .await
-            .map_err(unavailable)?;
+            .map_err(participant_error)?;
         Ok(records.into_iter().map(LoggedOperation::from).collect())
     }
 }

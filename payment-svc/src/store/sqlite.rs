@@ -3,16 +3,16 @@
 //! ([`participant_kit::sqlite::transact`]), running the shared rules in
 //! [`super::ledger`].
 
-use super::ledger::{self, LedgerTx};
+use super::ledger::{self, BALANCES, LedgerTx};
 use super::{AccountView, PaymentStore, Transfer};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
 use futures::FutureExt;
+use participant_kit::counter::{Add, Take};
 use participant_kit::sqlite::{self as history, SqliteHistory, transact};
 use participant_kit::{
     ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
 };
-use rusqlite::{OptionalExtension, params};
 use std::path::Path;
 
 const SCHEMA: &str = "
@@ -39,21 +39,12 @@ impl SqlitePaymentStore {
 }
 
 impl LedgerTx for SqliteHistory<'_> {
-    async fn balance(&mut self, customer_id: &str) -> Result<Option<i64>, rusqlite::Error> {
-        self.conn()
-            .prepare_cached("SELECT balance_cents FROM accounts WHERE customer_id = ?1")?
-            .query_row([customer_id], |r| r.get(0))
-            .optional()
+    async fn withdraw(&mut self, customer_id: &str, cents: i64) -> Result<Take, rusqlite::Error> {
+        self.take(&BALANCES, customer_id, cents)
     }
 
-    async fn set_balance(&mut self, customer_id: &str, cents: i64) -> Result<(), rusqlite::Error> {
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO accounts (customer_id, balance_cents) VALUES (?1, ?2)
-                 ON CONFLICT (customer_id) DO UPDATE SET balance_cents = excluded.balance_cents",
-            )?
-            .execute(params![customer_id, cents])?;
-        Ok(())
+    async fn credit(&mut self, customer_id: &str, cents: i64) -> Result<Add, rusqlite::Error> {
+        self.add(&BALANCES, customer_id, cents)
     }
 }
 
@@ -64,23 +55,35 @@ impl PaymentStore for SqlitePaymentStore {
         charge: Transfer,
         admission: Admission,
     ) -> Result<ActionReply<i64>, ParticipantError> {
-        transact(&self.db, (charge, admission), |tx, (t, a)| {
-            ledger::charge(tx, t, a).boxed_local()
-        })
+        transact(
+            &self.db,
+            charge,
+            admission,
+            |tx, t, a| ledger::charge(tx, t, a).boxed_local(),
+            |tx, t| ledger::replay_charge(tx, t).boxed_local(),
+        )
         .await
     }
 
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError> {
-        transact(&self.db, refund, |tx, t| {
-            ledger::refund(tx, t).boxed_local()
-        })
+        transact(
+            &self.db,
+            refund,
+            Admission::Apply,
+            |tx, t, _| ledger::refund(tx, t).boxed_local(),
+            |tx, t| ledger::replay_refund(tx, t).boxed_local(),
+        )
         .await
     }
 
     async fn deposit(&self, deposit: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
-        transact(&self.db, deposit, |tx, t| {
-            ledger::deposit(tx, t).boxed_local()
-        })
+        transact(
+            &self.db,
+            deposit,
+            Admission::Apply,
+            |tx, t, _| ledger::deposit(tx, t).boxed_local(),
+            |tx, t| ledger::replay_deposit(tx, t).boxed_local(),
+        )
         .await
     }
 
@@ -91,8 +94,8 @@ impl PaymentStore for SqlitePaymentStore {
     ) -> Result<Option<AccountView>, ParticipantError> {
         self.db
             .read(move |conn| {
-                let mut tx = SqliteHistory::new(conn);
-                let Some(balance_cents) = SqliteHistory::run(tx.balance(&customer_id))? else {
+                let Some(balance_cents) = history::counter_value(conn, &BALANCES, &customer_id)?
+                else {
                     return Ok(None);
                 };
                 let recent_operations =

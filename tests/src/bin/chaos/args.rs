@@ -8,8 +8,8 @@ use std::path::PathBuf;
 pub enum Backend {
     /// SQLite files in the work dir.
     Embedded,
-    /// MongoDB: MONGODB_URI if set, else the MongoDB test server (the
-    /// wire-protocol emulator; SecantusDB with SAGA_MONGO_SERVER=secantusdb).
+    /// MongoDB: MONGODB_URI if set, else the MongoDB test server
+    /// (SecantusDB, scripts/secantusdb.sh).
     Mongo,
 }
 

@@ -102,7 +102,7 @@ impl Services {
             orchestrator: service(
                 Role::Orchestrator,
                 orch_addr,
-                orchestrator_args(orch_addr, pay_addr, inv_addr),
+                orchestrator_args(orch_addr, pay_addr, inv_addr, Timing::of(storage)),
                 base_env,
             ),
         })
@@ -231,10 +231,45 @@ impl Services {
     }
 }
 
+/// How long a participant call and a lease last, per store: the embedded
+/// stores answer in milliseconds; the MongoDB test server is a Python
+/// server whose transactions take tens of milliseconds under load, and a
+/// participant SIGKILLed inside one leaves its locks held for the server's
+/// transaction lifetime — a call timeout shorter than that would only pile
+/// up conflicting retries.
+struct Timing {
+    call_timeout_ms: u64,
+    lease_ttl_ms: u64,
+}
+
+impl Timing {
+    fn of(storage: &Storage) -> Timing {
+        match storage.label() {
+            None => Timing {
+                call_timeout_ms: 500,
+                lease_ttl_ms: 3_000,
+            },
+            Some(_) => Timing {
+                call_timeout_ms: 5_000,
+                lease_ttl_ms: 15_000,
+            },
+        }
+    }
+}
+
 /// The orchestrator's flags (storage flags come after): short call
 /// timeouts and leases, many attempts, a fast recovery sweep; no console
 /// (it would take port 8080, and the soak reads the stores itself).
-fn orchestrator_args(orch: SocketAddr, payment: SocketAddr, inventory: SocketAddr) -> Vec<String> {
+fn orchestrator_args(
+    orch: SocketAddr,
+    payment: SocketAddr,
+    inventory: SocketAddr,
+    timing: Timing,
+) -> Vec<String> {
+    let (call_timeout, lease_ttl) = (
+        timing.call_timeout_ms.to_string(),
+        timing.lease_ttl_ms.to_string(),
+    );
     [
         "serve",
         "--listen",
@@ -246,9 +281,9 @@ fn orchestrator_args(orch: SocketAddr, payment: SocketAddr, inventory: SocketAdd
         "--instance-id",
         "chaos-orchestrator",
         "--call-timeout-ms",
-        "500",
+        &call_timeout,
         "--lease-ttl-ms",
-        "3000",
+        &lease_ttl,
         "--action-attempts",
         "50",
         "--compensation-attempts",

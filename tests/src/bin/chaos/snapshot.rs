@@ -133,7 +133,9 @@ pub fn read_sqlite(payment: &Path, inventory: &Path, sagas: &Path) -> Result<Sna
 }
 
 fn int(d: &Document, f: &str) -> Result<i64, String> {
-    mongo_client::int64(d, f).ok_or_else(|| format!("document without integer {f}: {d}"))
+    mongo_client::integer("snapshot", d, f)
+        .map_err(|wrong| wrong.to_string())?
+        .ok_or_else(|| format!("document without integer {f}: {d}"))
 }
 
 fn text(d: &Document, f: &str) -> Result<String, String> {

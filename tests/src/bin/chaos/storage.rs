@@ -8,7 +8,7 @@
 use crate::args::Backend;
 use crate::cluster::Role;
 use crate::snapshot::{self, Snapshot};
-use saga_tests::mongo_server::{self, MongoServer, ServerKind, ServerOptions};
+use saga_tests::mongo_server::{self, MongoServer, ServerOptions};
 use std::path::{Path, PathBuf};
 
 /// Where the services keep their state, and the MongoDB test server that
@@ -152,15 +152,23 @@ fn pick<T>(role: Role, payment: T, inventory: T, orchestrator: T) -> T {
     }
 }
 
-/// The MongoDB test server `SAGA_MONGO_SERVER` names, logging to
-/// `work/logs/<name>.log`.
+/// transactionLifetimeLimitSeconds of the soak's test server.
+pub const TRANSACTION_LIFETIME_SECONDS: u32 = 5;
+
+/// The MongoDB test server, logging to `work/logs/secantusdb.log`, with a
+/// short transaction lifetime: the soak SIGKILLs participants, and a
+/// participant killed inside a transaction leaves its locks held that long
+/// (as on mongod, whose compose set-up shortens it the same way).
 async fn start_server(work: &Path) -> Result<MongoServer, String> {
-    let kind = ServerKind::from_env()?;
     let options = ServerOptions {
-        log: Some(work.join("logs").join(format!("{}.log", kind.name()))),
+        log: Some(
+            work.join("logs")
+                .join(format!("{}.log", mongo_server::NAME)),
+        ),
+        transaction_lifetime_seconds: Some(TRANSACTION_LIFETIME_SECONDS),
         ..ServerOptions::default()
     };
-    tokio::task::spawn_blocking(move || MongoServer::start(kind, options))
+    tokio::task::spawn_blocking(move || MongoServer::start(options))
         .await
         .map_err(|e| format!("starting the MongoDB test server: {e}"))?
 }

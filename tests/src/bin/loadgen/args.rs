@@ -9,8 +9,7 @@ pub enum Backend {
     /// SQLite files in a fresh temp dir.
     Embedded,
     /// MongoDB: MONGODB_URI when set, else the MongoDB test server
-    /// (scripts/mongo-emulator.sh; scripts/secantusdb.sh with
-    /// SAGA_MONGO_SERVER=secantusdb).
+    /// (SecantusDB, scripts/secantusdb.sh).
     Mongo,
 }
 
@@ -70,7 +69,7 @@ pub struct Args {
     #[arg(long)]
     pub keep_data: bool,
     /// Calls in flight at once (default 64; smoke 16; single 1). On the
-    /// MongoDB emulator, which runs one transaction at a time, the defaults
+    /// MongoDB test server (a Python server, the bottleneck) the defaults
     /// are 8 and 4: more only adds write-conflict retries.
     #[arg(short = 'c', long)]
     pub concurrency: Option<usize>,
@@ -106,7 +105,7 @@ pub struct Args {
     #[arg(long)]
     pub products: Option<usize>,
     /// Concurrent seeding calls (default 32; 4 with --backend mongo, whose
-    /// emulator serialises transactions).
+    /// test server is slow).
     #[arg(long)]
     pub seed_concurrency: Option<usize>,
     /// Skip the raw floor (Charge + Deduct without the orchestrator).

@@ -38,14 +38,14 @@ impl Mode {
         }
     }
 
-    /// Its defaults; on a MongoDB test server (`emulated`) fewer workers.
-    fn defaults(self, emulated: bool) -> Defaults {
+    /// Its defaults; on a MongoDB test server (`stand_in`) fewer workers.
+    fn defaults(self, stand_in: bool) -> Defaults {
         let (concurrency, amount, warmup, cancel, compensate, timeout) = match self {
             Mode::Full => (64, Amount::Seconds(10.0), 1.0, 0.0, 0.0, 900.0),
             Mode::Smoke => (16, Amount::Sagas(300), 0.0, 0.1, 0.05, 300.0),
             Mode::Single => (1, Amount::Sagas(2000), 0.5, 0.0, 0.0, 900.0),
         };
-        let concurrency = match (emulated, self) {
+        let concurrency = match (stand_in, self) {
             (true, Mode::Full) => 8,
             (true, _) => concurrency.min(4),
             (false, _) => concurrency,
@@ -112,8 +112,8 @@ pub struct Plan {
 pub fn plan(args: Args) -> Result<Plan, String> {
     let mode = Mode::of(&args);
     let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
-    let emulated = mongo && mongo_server::external_uri().is_none();
-    let defaults = mode.defaults(emulated);
+    let stand_in = mongo && mongo_server::external_uri().is_none();
+    let defaults = mode.defaults(stand_in);
     let concurrency = concurrency(mode, args.concurrency, defaults.concurrency)?;
     let amount = amount(args.sagas, args.duration, defaults.amount)?;
     let warmup = args.warmup.unwrap_or(defaults.warmup);

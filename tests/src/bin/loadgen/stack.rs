@@ -6,7 +6,7 @@
 
 use crate::plan::Urls;
 use crate::procs::Watched;
-use saga_tests::mongo_server::{self, MongoServer, ServerKind, ServerOptions};
+use saga_tests::mongo_server::{self, MongoServer, ServerOptions};
 use saga_tests::process;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
@@ -204,12 +204,11 @@ impl Stack {
             self.store_label = format!("MongoDB at {}", mongo_client::redact(&uri));
             return Ok(uri);
         }
-        let kind = ServerKind::from_env()?;
         let options = ServerOptions {
-            log: Some(self.dir_path.join(format!("{}.log", kind.name()))),
+            log: Some(self.dir_path.join(format!("{}.log", mongo_server::NAME))),
             ..ServerOptions::default()
         };
-        let server = tokio::task::spawn_blocking(move || MongoServer::start(kind, options))
+        let server = tokio::task::spawn_blocking(move || MongoServer::start(options))
             .await
             .map_err(|e| format!("starting the MongoDB test server: {e}"))??;
         self.store_label = server.label().to_owned();
@@ -285,7 +284,7 @@ impl Stack {
         });
         let server = self.mongo.as_ref().and_then(|m| {
             m.pid().map(|pid| Watched {
-                name: m.kind().name().to_owned(),
+                name: mongo_server::NAME.to_owned(),
                 pid,
             })
         });
@@ -298,7 +297,7 @@ impl Stack {
         let server = self
             .mongo
             .as_ref()
-            .and_then(|m| m.log().map(|log| (m.kind().name(), log)));
+            .and_then(|m| m.log().map(|log| (mongo_server::NAME, log)));
         services.chain(server).collect()
     }
 

@@ -1,0 +1,275 @@
+//! What the services guarantee on MongoDB beyond the storage conformance
+//! suites:
+//!
+//! - a balance or an availability stored as another type (the Double that
+//!   mongosh writes) is an error naming the document — never read as
+//!   missing, never written over;
+//! - a standalone server is refused at start-up, naming the fix, because
+//!   the participants need multi-document transactions;
+//! - every write the three services send carries write concern majority
+//!   with journaling (inside a transaction: its commit).
+//!
+//! The target is printed when the first test starts (SecantusDB unless
+//! `MONGODB_URI` names a real MongoDB).
+
+use bson::{Bson, Document, doc};
+use inventory_svc::store::{Deduction, InventoryStore, Line, MongoInventoryStore, StockAddition};
+use participant_kit::{ActionReply, ParticipantError};
+use payment_svc::store::{MongoPaymentStore, PaymentStore, Transfer};
+use saga_tests::Stack;
+use saga_tests::backends::{fresh_database, mongo};
+use saga_tests::mongo_server::{MongoServer, ServerOptions};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn corrupt_naming(result: &Result<impl std::fmt::Debug, ParticipantError>, id: &str) -> bool {
+    matches!(result, Err(ParticipantError::Corrupt(m)) if m.contains(id) && m.contains("Double"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balance_stored_as_a_double_is_an_error_and_is_never_written_over() {
+    let Some(target) = mongo() else { return };
+    let db = fresh_database(&target, "payment").await;
+    let store = MongoPaymentStore::open(db.clone()).await.expect("open");
+    let accounts = db.collection::<Document>("accounts");
+    let original = doc! { "_id": "dora", "balance_cents": 1000.0 };
+    accounts.insert_one(original.clone()).await.expect("insert");
+    let transfer = |request_id: &str, cents| Transfer {
+        request_id: request_id.into(),
+        customer_id: "dora".into(),
+        amount_cents: cents,
+    };
+
+    let deposit = store.deposit(transfer("d1", 5)).await;
+    assert!(corrupt_naming(&deposit, "dora"), "{deposit:?}");
+    let charge = store
+        .charge(transfer("c1", 5), participant_kit::Admission::Apply)
+        .await;
+    assert!(corrupt_naming(&charge, "dora"), "{charge:?}");
+    let view = store.account("dora".into(), 10).await;
+    assert!(corrupt_naming(&view, "dora"), "{view:?}");
+
+    let stored = accounts
+        .find_one(doc! { "_id": "dora" })
+        .await
+        .expect("find");
+    assert_eq!(stored, Some(original), "the document was written over");
+    let records = db
+        .collection::<Document>("operation_history")
+        .count_documents(doc! {})
+        .await
+        .expect("count");
+    assert_eq!(records, 0, "a refused-as-corrupt call left a record");
+
+    // Fixed by a person (NumberLong), the account works again.
+    accounts
+        .update_one(
+            doc! { "_id": "dora" },
+            doc! { "$set": { "balance_cents": Bson::Int64(1000) } },
+        )
+        .await
+        .expect("fix");
+    let deposit = store.deposit(transfer("d1", 5)).await.expect("deposit");
+    assert_eq!(
+        deposit,
+        ActionReply::Applied {
+            value: 1005,
+            replayed: false
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_availability_stored_as_a_double_is_an_error_and_is_never_written_over() {
+    let Some(target) = mongo() else { return };
+    let db = fresh_database(&target, "inventory").await;
+    let store = MongoInventoryStore::open(db.clone()).await.expect("open");
+    let products = db.collection::<Document>("products");
+    let original = doc! { "_id": "sku-odd", "available": 40.0 };
+    products.insert_one(original.clone()).await.expect("insert");
+
+    let added = store
+        .add_stock(StockAddition {
+            request_id: "s1".into(),
+            product_id: "sku-odd".into(),
+            quantity: 1,
+        })
+        .await;
+    assert!(corrupt_naming(&added, "sku-odd"), "{added:?}");
+    let deduction = Deduction {
+        request_id: "o1".into(),
+        lines: vec![Line {
+            product_id: "sku-odd".into(),
+            quantity: 2,
+        }],
+    };
+    // The conditional take does not match a Double; verifying first then
+    // reads it, and says so.
+    let deducted = store
+        .deduct(deduction, participant_kit::Admission::Apply)
+        .await;
+    assert!(corrupt_naming(&deducted, "sku-odd"), "{deducted:?}");
+    let view = store.product("sku-odd".into(), 10).await;
+    assert!(corrupt_naming(&view, "sku-odd"), "{view:?}");
+
+    let stored = products
+        .find_one(doc! { "_id": "sku-odd" })
+        .await
+        .expect("find");
+    assert_eq!(stored, Some(original), "the document was written over");
+    for collection in ["operation_history", "deduct_lines"] {
+        let n = db
+            .collection::<Document>(collection)
+            .count_documents(doc! {})
+            .await
+            .expect("count");
+        assert_eq!(
+            n, 0,
+            "{collection} holds a row of a call refused as corrupt"
+        );
+    }
+}
+
+/// The payment-svc binary built beside this test (target/<profile>/).
+fn payment_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let binary = dir.join("payment-svc");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace (cargo test --workspace builds it)",
+        binary.display()
+    );
+    binary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_server_is_refused_with_the_fix_named() {
+    let Some(target) = mongo() else { return };
+    if !target.test_server {
+        eprintln!("standalone check needs the test server (a real MongoDB is configured); skipped");
+        return;
+    }
+    let server = MongoServer::start(ServerOptions {
+        standalone: true,
+        ..ServerOptions::default()
+    })
+    .expect("start a standalone test server");
+
+    let refused = mongo_client::connect(
+        &server.uri(),
+        "standalone_check",
+        "saga-tests",
+        std::future::pending(),
+    )
+    .await
+    .expect_err("a standalone server must be refused");
+    assert!(
+        matches!(refused, mongo_client::ConnectError::Standalone { .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("--replSet"), "{refused}");
+
+    // The service itself exits non-zero, saying why.
+    let mut service = Command::new(payment_binary())
+        .args(["--listen", "127.0.0.1:0", "--mongodb-uri", &server.uri()])
+        .env("NO_METRICS", "true")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn payment-svc");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = service.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = service.kill();
+            let _ = service.wait();
+            panic!("payment-svc kept running against a standalone server");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = service.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    assert!(!status.success(), "exit status {status}");
+    assert!(
+        stderr.contains("standalone") && stderr.contains("--replSet"),
+        "stderr does not name the problem and the fix:\n{stderr}"
+    );
+}
+
+/// Write commands outside a transaction, and the commit of one, must say
+/// `{w: "majority", j: true}`.
+fn is_write(name: &str) -> bool {
+    matches!(
+        name,
+        "insert" | "update" | "delete" | "findAndModify" | "commitTransaction"
+    )
+}
+
+/// A statement inside a transaction (its commit carries the concern).
+fn in_transaction(name: &str, body: &Document) -> bool {
+    body.get_bool("autocommit") == Ok(false) && name != "commitTransaction"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_of_every_service_is_majority_and_journaled() {
+    mongo_client::monitor::record_commands();
+    let Some(stack) = Stack::start_mongo().await else {
+        return;
+    };
+    stack.deposit("alice", 10_000).await;
+    stack.add_stock("sku-apple", 5).await;
+    let done = stack
+        .order("o-ok", "alice", &[("sku-apple", 2, 100)])
+        .await
+        .expect("order");
+    let refused = stack
+        .order(
+            "o-short",
+            "alice",
+            &[("sku-apple", 2, 100), ("sku-pear", 1, 5)],
+        )
+        .await
+        .expect("order");
+    assert_ne!(done.status, refused.status, "{done:?} / {refused:?}");
+    stack.stop().await;
+
+    let commands = mongo_client::monitor::recorded_commands();
+    let writes: Vec<_> = commands
+        .iter()
+        .filter(|c| is_write(&c.name) && !in_transaction(&c.name, &c.body))
+        .collect();
+    for service in ["orchestrator", "payment", "inventory"] {
+        assert!(
+            writes.iter().any(|c| c.service == service),
+            "no write of {service} was seen: {:?}",
+            commands
+                .iter()
+                .map(|c| (&c.service, &c.name))
+                .collect::<Vec<_>>()
+        );
+    }
+    assert!(
+        writes.iter().any(|c| c.name == "commitTransaction"),
+        "no transaction was committed"
+    );
+    for write in writes {
+        let concern = write.body.get_document("writeConcern");
+        let ok = concern
+            .is_ok_and(|wc| wc.get_str("w") == Ok("majority") && wc.get_bool("j") == Ok(true));
+        assert!(
+            ok,
+            "{} {} without majority+journal: {}",
+            write.service, write.name, write.body
+        );
+    }
+}
