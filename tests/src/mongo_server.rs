@@ -379,6 +379,8 @@ mod tests {
             [
                 "--port",
                 "4242",
+                "--log-level",
+                "WARNING",
                 "--storage-path",
                 "/data",
                 "--sync-on-commit",
