@@ -379,6 +379,8 @@ mod tests {
             [
                 "--port",
                 "4242",
+                "--log-level",
+                "WARNING",
                 "--storage-path",
                 "/data",
                 "--sync-on-commit",
@@ -390,8 +392,10 @@ mod tests {
                 "5",
             ]
         );
+        // A server logging to a file (the tools' servers) keeps its INFO log.
         let plain = ServerOptions {
             storage_path: Some("/data".into()),
+            log: Some("/logs/secantusdb.log".into()),
             ..ServerOptions::default()
         };
         assert_eq!(plain.args(), ["--port", "0", "--storage-path", "/data"]);
