@@ -232,6 +232,21 @@ impl Saga {
         self.lease.as_ref().map(|l| l.owner.as_str())
     }
 
+    /// From when recovery may pick the saga up (ms since the epoch): 0 for
+    /// an unfinished saga nobody leases, its lease expiry for a leased one,
+    /// and `i64::MAX` (never) once terminal. Stores keep it in one indexed
+    /// field so that "what can I resume now" is a single range scan of one
+    /// index, already in the order to resume in (longest waiting first),
+    /// instead of a query over status, lease and owner that no index
+    /// serves without a sort.
+    pub fn claimable_after_ms(&self) -> i64 {
+        if self.status.is_terminal() {
+            i64::MAX
+        } else {
+            self.lease_until_ms()
+        }
+    }
+
     /// The saga's W3C trace id, which joins its log lines across the three
     /// services and every restart: the caller's, when CreateOrder carried a
     /// `traceparent` (the client's trace wins, so the saga shows up in it);

@@ -273,3 +273,89 @@ async fn every_write_of_every_service_is_majority_and_journaled() {
         );
     }
 }
+
+/// A saga as the orchestrator starts it, leased to `owner` until `until_ms`.
+fn leased_saga(id: &str, owner: &str, until_ms: i64) -> orchestrator::saga::Saga {
+    use orchestrator::engine::{self, StepNames};
+    use orchestrator::saga::{Lease, Order, OrderItem};
+    let steps = [StepNames {
+        name: "payment",
+        action: "charge",
+        compensation: "refund",
+    }];
+    let order = Order {
+        order_id: format!("order-{id}"),
+        customer_id: "erin".into(),
+        items: vec![OrderItem {
+            product_id: "sku".into(),
+            quantity: 1,
+            unit_price_cents: 5,
+        }],
+        total_cents: 5,
+    };
+    let mut saga = engine::start(&steps, id.into(), format!("r-{id}"), "fp".into(), order, 1);
+    saga.version = 1;
+    saga.lease = Some(Lease {
+        owner: owner.into(),
+        until_ms,
+    });
+    saga
+}
+
+/// Sagas stored by a version without `claimable_after_ms` get it when the
+/// store opens (an expired lease becomes claimable, a finished saga never),
+/// and a stored saga that cannot be decoded is skipped by recovery instead
+/// of stopping it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_sagas_get_their_claimable_time_and_an_undecodable_one_is_skipped() {
+    use orchestrator::engine::{self, Next, Outcome};
+    use orchestrator::store::{MongoSagaStore, SagaStore};
+    let Some(target) = mongo() else { return };
+    let db = fresh_database(&target, "orchestrator").await;
+    let store = MongoSagaStore::open(db.clone()).await.expect("open");
+    let expired = leased_saga("old-expired", "a", 50);
+    let held = leased_saga("old-held", "b", 5_000);
+    let mut finished = leased_saga("old-finished", "a", 50);
+    engine::record(&mut finished, Next::Act(0), Outcome::Succeeded, 2);
+    finished.lease = None;
+    for saga in [&expired, &held, &finished] {
+        store.create(saga).await.expect("create");
+    }
+    let sagas = db.collection::<Document>("sagas");
+    // The older shape: no claimable_after_ms at all.
+    sagas
+        .update_many(doc! {}, doc! { "$unset": { "claimable_after_ms": "" } })
+        .await
+        .expect("unset");
+    // A document no version could decode, claimable by its fields.
+    sagas
+        .insert_one(doc! {
+            "_id": "broken", "request_id": "r-broken", "status": "running",
+            "claimable_after_ms": 0_i64, "saga": { "saga_id": 7 },
+        })
+        .await
+        .expect("insert");
+
+    let store = MongoSagaStore::open(db.clone()).await.expect("reopen");
+    let claimable_after = |id: &'static str| {
+        let sagas = sagas.clone();
+        async move {
+            let d = sagas.find_one(doc! { "_id": id }).await.expect("find");
+            d.and_then(|d| d.get_i64("claimable_after_ms").ok())
+        }
+    };
+    assert_eq!(claimable_after("old-expired").await, Some(50));
+    assert_eq!(claimable_after("old-held").await, Some(5_000));
+    assert_eq!(claimable_after("old-finished").await, Some(i64::MAX));
+
+    let ids = |sagas: Vec<orchestrator::saga::Saga>| {
+        sagas.into_iter().map(|s| s.saga_id).collect::<Vec<_>>()
+    };
+    let now = store.claimable(100, None, 10).await.expect("claimable");
+    assert_eq!(ids(now), ["old-expired"]);
+    let own = store
+        .claimable(100, Some("b"), 10)
+        .await
+        .expect("claimable");
+    assert_eq!(ids(own), ["old-expired", "old-held"]);
+}

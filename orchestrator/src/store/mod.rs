@@ -121,13 +121,54 @@ pub trait SagaStore: Send + Sync + 'static {
     /// is read).
     async fn count_by_status(&self) -> Result<StatusCounts, StoreError>;
 
-    /// Sagas an instance may drive now, oldest first: not terminal (Running
-    /// or Compensating), and either unleased, leased until before `now_ms`,
-    /// or leased to `owner` (its own sagas from before a restart).
+    /// Sagas an instance may drive now, longest waiting first (by
+    /// [`Saga::claimable_after_ms`], then id): not terminal, and either
+    /// unleased, leased until before `now_ms`, or leased to `owner` (its own
+    /// sagas from before a restart). Served by two range scans of indexes
+    /// on `claimable_after_ms` (and `lease_owner, claimable_after_ms`),
+    /// merged by [`merge_claimable`]: no scan of sagas that are not
+    /// claimable, no sort. A stored saga that cannot be decoded is skipped
+    /// (logged at ERROR and counted in `saga_store_undecodable_total`), so
+    /// one bad document cannot stop the recovery of all the others.
     async fn claimable(
         &self,
         now_ms: i64,
         owner: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Saga>, StoreError>;
+}
+
+/// The first `limit` of two claimable listings (each already in
+/// claimable order), in claimable order, each saga once: a saga leased to
+/// the caller whose lease also expired is in both.
+pub(crate) fn merge_claimable(expired: Vec<Saga>, own: Vec<Saga>, limit: usize) -> Vec<Saga> {
+    let mut seen: std::collections::HashSet<String> =
+        expired.iter().map(|s| s.saga_id.clone()).collect();
+    let mut all = expired;
+    all.extend(own.into_iter().filter(|s| seen.insert(s.saga_id.clone())));
+    all.sort_by(|a, b| {
+        (a.claimable_after_ms(), &a.saga_id).cmp(&(b.claimable_after_ms(), &b.saga_id))
+    });
+    all.truncate(limit);
+    all
+}
+
+/// Decodes each stored saga, skipping (with an ERROR log and a count in
+/// `saga_store_undecodable_total`) any that cannot be: used where one bad
+/// document must not hide the others.
+pub(crate) fn decode_each<T>(
+    stored: impl IntoIterator<Item = T>,
+    decode: impl Fn(&T) -> Result<Saga, StoreError>,
+) -> Vec<Saga> {
+    stored
+        .into_iter()
+        .filter_map(|d| match decode(&d) {
+            Ok(saga) => Some(saga),
+            Err(error) => {
+                metrics::counter!("saga_store_undecodable_total").increment(1);
+                tracing::error!(%error, "skipping a stored saga that cannot be decoded");
+                None
+            }
+        })
+        .collect()
 }

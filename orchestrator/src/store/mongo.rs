@@ -11,7 +11,10 @@
 //! `request_id` index (or, if the server does not say which index, when a
 //! saga with that request id can be read back); any other is an error.
 
-use super::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
+use super::{
+    Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError, decode_each,
+    merge_claimable,
+};
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
 use bson::{Document, doc};
@@ -22,6 +25,7 @@ use mongodb::{Collection, Database};
 
 const SAGAS: &str = "sagas";
 const REQUEST_ID_INDEX: &str = "request_id_unique";
+const CLAIMABLE_INDEX: &str = "claimable";
 
 /// Saga store in a MongoDB database.
 #[derive(Clone, Debug)]
@@ -32,8 +36,9 @@ pub struct MongoSagaStore {
 impl MongoSagaStore {
     /// Uses `db`, creating the indexes (idempotent): sagas unique by
     /// request_id; newest-first listing, optionally by status or by
-    /// customer; counts and recovery by status (and lease expiry). Sagas
-    /// stored before the customer was a top-level field get it.
+    /// customer; counts by status; recovery by `claimable_after_ms` (and
+    /// owner). Sagas stored by an older version get the top-level fields it
+    /// did not write (customer, claimable time).
     pub async fn open(db: Database) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
         sagas
@@ -45,9 +50,10 @@ impl MongoSagaStore {
                     doc! { "status": 1, "created_at_ms": -1, "_id": -1 },
                     false,
                 ),
+                index(CLAIMABLE_INDEX, doc! { "claimable_after_ms": 1 }, false),
                 index(
-                    "status_updated",
-                    doc! { "status": 1, "updated_at_ms": 1 },
+                    "own_claimable",
+                    doc! { "lease_owner": 1, "claimable_after_ms": 1 },
                     false,
                 ),
                 index(
@@ -58,6 +64,7 @@ impl MongoSagaStore {
             ])
             .await?;
         backfill_customer_ids(&sagas).await?;
+        backfill_claimable(&sagas).await?;
         Ok(MongoSagaStore { sagas })
     }
 
@@ -72,8 +79,17 @@ impl MongoSagaStore {
         sort: Document,
         limit: usize,
     ) -> Result<Vec<Saga>, StoreError> {
-        let docs: Vec<Document> = self
-            .sagas
+        let docs = self.find_documents(filter, sort, limit).await?;
+        docs.iter().map(decode).collect()
+    }
+
+    async fn find_documents(
+        &self,
+        filter: Document,
+        sort: Document,
+        limit: usize,
+    ) -> Result<Vec<Document>, StoreError> {
+        self.sagas
             .find(filter)
             .sort(sort)
             .limit(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -81,8 +97,7 @@ impl MongoSagaStore {
             .map_err(store_error)?
             .try_collect()
             .await
-            .map_err(store_error)?;
-        docs.iter().map(decode).collect()
+            .map_err(store_error)
     }
 }
 
@@ -113,6 +128,39 @@ async fn backfill_customer_ids(sagas: &Collection<Document>) -> Result<(), Error
     Ok(())
 }
 
+/// Sets `claimable_after_ms` on sagas stored before it existed (found
+/// through the `claimable` index, which holds a missing field as null),
+/// each with a filter that still requires it missing, so a saga a newer
+/// instance saved meanwhile is left alone. Until every instance runs a
+/// version that writes the field, an older one's saves leave it stale:
+/// upgrade all instances together.
+async fn backfill_claimable(sagas: &Collection<Document>) -> Result<(), Error> {
+    let missing: Vec<Document> = sagas
+        .find(doc! { "claimable_after_ms": null })
+        .projection(doc! { "saga": 1 })
+        .await?
+        .try_collect()
+        .await?;
+    for d in missing {
+        let Ok(id) = d.get_str("_id") else { continue };
+        let Ok(saga) = decode(&d) else {
+            metrics::counter!("saga_store_undecodable_total").increment(1);
+            tracing::error!(
+                saga_id = id,
+                "cannot set claimable_after_ms: the saga cannot be decoded"
+            );
+            continue;
+        };
+        sagas
+            .update_one(
+                doc! { "_id": id, "claimable_after_ms": null },
+                doc! { "$set": { "claimable_after_ms": saga.claimable_after_ms() } },
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 /// Every driver error is reported as "unavailable": whether or not the
 /// driver labels it transient, the executor's answer is the same — wait and
 /// save again — which never loses a saga.
@@ -136,6 +184,7 @@ fn encode(saga: &Saga) -> Result<Document, StoreError> {
         "updated_at_ms": saga.updated_at_ms,
         "lease_owner": saga.lease_owner(),
         "lease_until_ms": saga.lease_until_ms(),
+        "claimable_after_ms": saga.claimable_after_ms(),
         "saga": body,
     })
 }
@@ -144,7 +193,10 @@ fn decode(d: &Document) -> Result<Saga, StoreError> {
     let body = d
         .get_document("saga")
         .map_err(|e| StoreError::Corrupt(format!("saga document without body: {e}")))?;
-    bson::from_document(body.clone()).map_err(|e| StoreError::Corrupt(e.to_string()))
+    bson::from_document(body.clone()).map_err(|e| {
+        let id = d.get_str("_id").unwrap_or("?");
+        StoreError::Corrupt(format!("saga {id}: {e}"))
+    })
 }
 
 #[async_trait]
@@ -191,6 +243,7 @@ impl SagaStore for MongoSagaStore {
                     "updated_at_ms": saga.updated_at_ms,
                     "lease_owner": saga.lease_owner(),
                     "lease_until_ms": saga.lease_until_ms(),
+                    "claimable_after_ms": saga.claimable_after_ms(),
                     "saga": body,
                 } },
             )
@@ -220,30 +273,35 @@ impl SagaStore for MongoSagaStore {
         page_size: usize,
         after: Option<Cursor>,
     ) -> Result<Page, StoreError> {
-        let wanted = filter;
+        let shown = filter;
         let mut filter = Document::new();
-        if let Some(status) = wanted.status {
+        if let Some(status) = shown.status {
             filter.insert("status", status.as_str());
         }
-        if let Some(customer_id) = &wanted.customer_id {
+        if let Some(customer_id) = &shown.customer_id {
             filter.insert("customer_id", customer_id);
         }
+        let newest_first = doc! { "created_at_ms": -1, "_id": -1 };
+        let wanted = page_size.saturating_add(1);
+        // After a cursor: the rest of its millisecond, then everything older
+        // — two range scans of the same index rather than one `$or`, which
+        // planners serve worse.
+        let mut sagas = Vec::new();
         if let Some(c) = &after {
-            filter.insert(
-                "$or",
-                vec![
-                    doc! { "created_at_ms": { "$lt": c.created_at_ms } },
-                    doc! { "created_at_ms": c.created_at_ms, "_id": { "$lt": &c.saga_id } },
-                ],
-            );
+            let mut same_ms = filter.clone();
+            same_ms.insert("created_at_ms", c.created_at_ms);
+            same_ms.insert("_id", doc! { "$lt": &c.saga_id });
+            sagas = self
+                .find_many(same_ms, newest_first.clone(), wanted)
+                .await?;
+            filter.insert("created_at_ms", doc! { "$lt": c.created_at_ms });
         }
-        let mut sagas = self
-            .find_many(
-                filter,
-                doc! { "created_at_ms": -1, "_id": -1 },
-                page_size.saturating_add(1),
-            )
-            .await?;
+        if sagas.len() < wanted {
+            let more = self
+                .find_many(filter, newest_first, wanted - sagas.len())
+                .await?;
+            sagas.extend(more);
+        }
         let next = if sagas.len() > page_size {
             sagas.truncate(page_size);
             sagas.last().map(|s| Cursor {
@@ -277,15 +335,30 @@ impl SagaStore for MongoSagaStore {
         owner: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Saga>, StoreError> {
-        let mut claimable = vec![doc! { "lease_until_ms": { "$lt": now_ms } }];
-        if let Some(owner) = owner {
-            claimable.push(doc! { "lease_owner": owner });
-        }
-        self.find_many(
-            doc! { "status": { "$in": ["running", "compensating"] }, "$or": claimable },
-            doc! { "created_at_ms": 1, "_id": 1 },
+        // Two range scans, no $or (which planners serve worse) and no sort
+        // stage: each sort is the index's own order after its equalities.
+        let expired = self
+            .find_documents(
+                doc! { "claimable_after_ms": { "$lt": now_ms } },
+                doc! { "claimable_after_ms": 1 },
+                limit,
+            )
+            .await?;
+        let own = match owner {
+            Some(owner) => {
+                self.find_documents(
+                    doc! { "lease_owner": owner, "claimable_after_ms": { "$lt": i64::MAX } },
+                    doc! { "lease_owner": 1, "claimable_after_ms": 1 },
+                    limit,
+                )
+                .await?
+            }
+            None => Vec::new(),
+        };
+        Ok(merge_claimable(
+            decode_each(expired, decode),
+            decode_each(own, decode),
             limit,
-        )
-        .await
+        ))
     }
 }

@@ -5,7 +5,10 @@
 //! JSON is serialised on the caller's task, so the single writer thread only
 //! runs the SQL; concurrent sagas' writes share group commits.
 
-use super::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
+use super::{
+    Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError, decode_each,
+    merge_claimable,
+};
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
@@ -23,11 +26,14 @@ CREATE TABLE IF NOT EXISTS sagas (
     updated_at_ms INTEGER NOT NULL,
     lease_owner   TEXT,
     lease_until_ms INTEGER NOT NULL DEFAULT 0,
+    claimable_after_ms INTEGER NOT NULL DEFAULT 0,
     doc           TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sagas_newest ON sagas (created_at_ms DESC, saga_id DESC);
 CREATE INDEX IF NOT EXISTS sagas_by_status ON sagas (status, created_at_ms DESC, saga_id DESC);
-CREATE INDEX IF NOT EXISTS sagas_by_lease ON sagas (status, lease_until_ms);
+DROP INDEX IF EXISTS sagas_by_lease;
+CREATE INDEX IF NOT EXISTS sagas_claimable ON sagas (claimable_after_ms);
+CREATE INDEX IF NOT EXISTS sagas_own_claimable ON sagas (lease_owner, claimable_after_ms);
 CREATE INDEX IF NOT EXISTS sagas_by_customer ON sagas (customer_id, created_at_ms DESC, saga_id DESC);
 ";
 
@@ -50,8 +56,10 @@ impl SqliteSagaStore {
 }
 
 /// Brings a database created by an older version up to [`SCHEMA`]: adds the
-/// lease columns (before leases existed) and the customer column, filled
-/// from each saga's document (before the console searched by customer).
+/// lease columns (before leases existed), the customer column, filled
+/// from each saga's document (before the console searched by customer), and
+/// the claimable time (before recovery had one index to scan), computed
+/// as [`Saga::claimable_after_ms`] does.
 /// The indexes on them are created by `SCHEMA` right after.
 fn migrate(path: &Path) -> Result<(), DbError> {
     let conn = Connection::open(path)?;
@@ -84,6 +92,21 @@ fn migrate(path: &Path) -> Result<(), DbError> {
             "BEGIN;
              ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
              UPDATE sagas SET customer_id = json_extract(doc, '$.order.customer_id');
+             COMMIT;",
+        )?;
+    }
+    let has_claimable: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'claimable_after_ms'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_claimable {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE sagas ADD COLUMN claimable_after_ms INTEGER NOT NULL DEFAULT 0;
+             UPDATE sagas SET claimable_after_ms =
+                 CASE WHEN status IN ('running', 'compensating') THEN lease_until_ms
+                      ELSE 9223372036854775807 END;
              COMMIT;",
         )?;
     }
@@ -203,8 +226,11 @@ impl SagaStore for SqliteSagaStore {
         let (saga_id, request_id, status) =
             (saga.saga_id.clone(), saga.request_id.clone(), saga.status);
         let customer_id = saga.order.customer_id.clone();
-        let (lease_owner, lease_until) =
-            (saga.lease_owner().map(str::to_owned), saga.lease_until_ms());
+        let (lease_owner, lease_until, claimable) = (
+            saga.lease_owner().map(str::to_owned),
+            saga.lease_until_ms(),
+            saga.claimable_after_ms(),
+        );
         let (created, updated, version) =
             (saga.created_at_ms, saga.updated_at_ms, to_i64(saga.version));
         self.db
@@ -212,8 +238,8 @@ impl SagaStore for SqliteSagaStore {
                 let inserted = conn
                     .prepare_cached(
                         "INSERT INTO sagas (saga_id, request_id, status, version, created_at_ms, updated_at_ms,
-                                            lease_owner, lease_until_ms, doc, customer_id)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (request_id) DO NOTHING",
+                                            lease_owner, lease_until_ms, doc, customer_id, claimable_after_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (request_id) DO NOTHING",
                     )?
                     .execute(params![
                         saga_id,
@@ -225,7 +251,8 @@ impl SagaStore for SqliteSagaStore {
                         lease_owner,
                         lease_until,
                         doc,
-                        customer_id
+                        customer_id,
+                        claimable
                     ])?;
                 if inserted == 1 {
                     return Ok(Created::New);
@@ -246,15 +273,18 @@ impl SagaStore for SqliteSagaStore {
         let doc = encode(saga)?;
         let saga_id = saga.saga_id.clone();
         let (status, updated, version) = (saga.status, saga.updated_at_ms, saga.version);
-        let (lease_owner, lease_until) =
-            (saga.lease_owner().map(str::to_owned), saga.lease_until_ms());
+        let (lease_owner, lease_until, claimable) = (
+            saga.lease_owner().map(str::to_owned),
+            saga.lease_until_ms(),
+            saga.claimable_after_ms(),
+        );
         let expected = version.saturating_sub(1);
         self.db
             .write(move |conn| {
                 let changed = conn
                     .prepare_cached(
                         "UPDATE sagas SET status = ?2, version = ?3, updated_at_ms = ?4, doc = ?5,
-                                         lease_owner = ?7, lease_until_ms = ?8
+                                         lease_owner = ?7, lease_until_ms = ?8, claimable_after_ms = ?9
                          WHERE saga_id = ?1 AND version = ?6",
                     )?
                     .execute(params![
@@ -265,7 +295,8 @@ impl SagaStore for SqliteSagaStore {
                         doc,
                         to_i64(expected),
                         lease_owner,
-                        lease_until
+                        lease_until,
+                        claimable
                     ])?;
                 if changed == 1 {
                     Ok(())
@@ -328,20 +359,39 @@ impl SagaStore for SqliteSagaStore {
         let owner = owner.map(str::to_owned);
         self.db
             .read(move |conn| {
-                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                let mut stmt = conn.prepare_cached(
-                    "SELECT doc FROM sagas WHERE status IN ('running', 'compensating')
-                       AND (lease_until_ms < ?1 OR lease_owner = ?2)
-                     ORDER BY created_at_ms ASC, saga_id ASC LIMIT ?3",
-                )?;
-                let docs = stmt
-                    .query_map(params![now_ms, owner, limit], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()?;
-                docs.iter().map(|d| decode(d)).collect()
+                let scan =
+                    |sql: &str, key: &dyn rusqlite::ToSql| -> Result<Vec<String>, StoreError> {
+                        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                        let docs = conn
+                            .prepare_cached(sql)?
+                            .query_map(params![key, limit], |r| r.get::<_, String>(0))?
+                            .collect::<Result<Vec<_>, _>>()?;
+                        Ok(docs)
+                    };
+                let expired = scan(CLAIMABLE_SQL, &now_ms)?;
+                let own = match &owner {
+                    Some(owner) => scan(OWN_CLAIMABLE_SQL, owner)?,
+                    None => Vec::new(),
+                };
+                Ok(merge_claimable(
+                    decode_each(expired, |d| decode(d)),
+                    decode_each(own, |d| decode(d)),
+                    limit,
+                ))
             })
             .await
     }
 }
+
+/// Unfinished sagas whose lease expired before `?1` (or that nobody
+/// leases), longest waiting first: a range of `sagas_claimable`.
+const CLAIMABLE_SQL: &str = "SELECT doc FROM sagas WHERE claimable_after_ms < ?1
+     ORDER BY claimable_after_ms LIMIT ?2";
+
+/// Unfinished sagas leased to `?1`: a range of `sagas_own_claimable`.
+const OWN_CLAIMABLE_SQL: &str = "SELECT doc FROM sagas
+     WHERE lease_owner = ?1 AND claimable_after_ms < 9223372036854775807
+     ORDER BY claimable_after_ms LIMIT ?2";
 
 #[cfg(test)]
 mod tests {
@@ -456,5 +506,65 @@ mod tests {
         }
         let counts = plan(COUNT_SQL);
         assert!(counts.contains("COVERING INDEX"), "{counts}");
+        for (sql, index) in [
+            (CLAIMABLE_SQL, "sagas_claimable"),
+            (OWN_CLAIMABLE_SQL, "sagas_own_claimable"),
+        ] {
+            let plan = plan(sql);
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+    }
+
+    /// A database written before the claimable time was a column: opening
+    /// it computes the column from status and lease, so recovery finds
+    /// the unfinished sagas whose lease expired and never a finished one;
+    /// a row whose document cannot be decoded is skipped, not fatal.
+    #[tokio::test]
+    async fn an_older_database_gets_its_claimable_times_and_bad_rows_are_skipped() {
+        use crate::saga::Lease;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orchestrator.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE sagas (
+                    saga_id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
+                    status TEXT NOT NULL, customer_id TEXT NOT NULL DEFAULT '',
+                    version INTEGER NOT NULL,
+                    created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
+                    lease_owner TEXT, lease_until_ms INTEGER NOT NULL DEFAULT 0,
+                    doc TEXT NOT NULL);",
+            )
+            .unwrap();
+            for (id, status, until) in [
+                ("expired", "running", 50),
+                ("held", "compensating", 5_000),
+                ("finished", "completed", 0),
+                ("bad", "running", 10),
+            ] {
+                let mut s = saga(id, "erin");
+                s.lease = Some(Lease {
+                    owner: "b".into(),
+                    until_ms: until,
+                });
+                let doc = if id == "bad" {
+                    "{not json".to_owned()
+                } else {
+                    encode(&s).unwrap()
+                };
+                conn.execute(
+                    "INSERT INTO sagas VALUES (?1, ?2, ?3, 'erin', 1, 7, 7, 'b', ?4, ?5)",
+                    params![id, format!("r-{id}"), status, until, doc],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteSagaStore::open(&path, Durability::Process).unwrap();
+        let ids = |sagas: Vec<Saga>| sagas.into_iter().map(|s| s.saga_id).collect::<Vec<_>>();
+        let now = store.claimable(100, None, 10).await.unwrap();
+        assert_eq!(ids(now), ["expired"]);
+        let own = store.claimable(100, Some("b"), 10).await.unwrap();
+        assert_eq!(ids(own), ["expired", "held"]);
     }
 }

@@ -253,17 +253,18 @@ pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: 
         .claimable(100, Some("b"), 10)
         .await
         .expect("claimable"));
-    assert_eq!(own, ["u-comp", "u-held", "u-expired"]);
-    // After b's lease expires anyone may; terminal sagas never.
+    assert_eq!(own, ["u-comp", "u-expired", "u-held"]);
+    // After b's lease expires anyone may; terminal sagas never. Longest
+    // waiting first: unleased, then by lease expiry.
     let later = ids(store.claimable(2_000, None, 10).await.expect("claimable"));
-    assert_eq!(later, ["u-comp", "u-held", "u-expired"]);
+    assert_eq!(later, ["u-comp", "u-expired", "u-held"]);
     assert_eq!(
-        store
-            .claimable(2_000, None, 1)
-            .await
-            .expect("claimable")
-            .len(),
-        1
+        ids(store.claimable(2_000, None, 1).await.expect("claimable")),
+        ["u-comp"]
+    );
+    assert_eq!(
+        ids(store.claimable(100, Some("b"), 2).await.expect("claimable")),
+        ["u-comp", "u-expired"]
     );
     // The lease is stored with the saga.
     assert_eq!(
@@ -274,6 +275,25 @@ pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: 
             .and_then(|s| s.lease),
         lease("b", 1_000)
     );
+    // A save moves the saga in the claimable order: b releases its lease
+    // (a graceful shutdown) and the saga is free at once; finishing it
+    // takes it out for good.
+    let mut released = store.get("u-held").await.expect("get").expect("stored");
+    released.lease = None;
+    released.version += 1;
+    store.save(&released).await.expect("save");
+    let now = ids(store.claimable(100, None, 10).await.expect("claimable"));
+    assert_eq!(now, ["u-comp", "u-held", "u-expired"]);
+    let mut finished = store.get("u-comp").await.expect("get").expect("stored");
+    engine::record(&mut finished, Next::Compensate(0), Outcome::Compensated, 3);
+    assert!(finished.status.is_terminal(), "{:?}", finished.status);
+    finished.version += 1;
+    store.save(&finished).await.expect("save");
+    let now = ids(store
+        .claimable(100, Some("b"), 10)
+        .await
+        .expect("claimable"));
+    assert_eq!(now, ["u-held", "u-expired"]);
 }
 
 pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_status(store: Store) {
