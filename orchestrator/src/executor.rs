@@ -449,7 +449,11 @@ impl Executor {
                         _ = self.shutdown.wait() => return Err(DriveError::ShuttingDown),
                     }
                 }
-                StoreError::Corrupt(_) => return Err(error.into()),
+                StoreError::Corrupt(_) | StoreError::Rejected(_) => {
+                    metrics::counter!("saga_store_rejected_total").increment(1);
+                    tracing::error!(%error, "the store refuses this saga's next version; it stays at its last saved state until a person acts");
+                    return Err(error.into());
+                }
             }
         }
     }

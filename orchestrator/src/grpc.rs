@@ -26,6 +26,9 @@ impl From<AppError> for Status {
             AppError::NotRetryable(_) => Status::failed_precondition(message),
             AppError::Saturated(_) => Status::resource_exhausted(message),
             AppError::Store(crate::store::StoreError::Conflict { .. }) => Status::aborted(message),
+            AppError::Store(
+                crate::store::StoreError::Rejected(_) | crate::store::StoreError::Corrupt(_),
+            ) => Status::internal(message),
             AppError::Store(_) => Status::unavailable(message),
         }
     }

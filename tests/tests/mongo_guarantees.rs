@@ -7,7 +7,9 @@
 //! - a standalone server is refused at start-up, naming the fix, because
 //!   the participants need multi-document transactions;
 //! - every write the three services send carries write concern majority
-//!   with journaling (inside a transaction: its commit).
+//!   with journaling (inside a transaction: its commit);
+//! - the saga store tells errors that pass from errors that do not, and
+//!   fills in the fields an older version did not write.
 //!
 //! The target is printed when the first test starts (SecantusDB unless
 //! `MONGODB_URI` names a real MongoDB).
@@ -358,4 +360,78 @@ async fn older_sagas_get_their_claimable_time_and_an_undecodable_one_is_skipped(
         .await
         .expect("claimable");
     assert_eq!(ids(own), ["old-expired", "old-held"]);
+}
+
+/// The saga store tells a failure that passes from one that will not:
+/// a write conflict or a dropped connection is `Unavailable` (the executor
+/// waits it out), a validation failure is `Rejected` (reported, not
+/// retried forever) — on the server's own error replies, injected with
+/// `failCommand`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saga_store_errors_are_classified_from_the_servers_replies() {
+    use orchestrator::store::{MongoSagaStore, SagaStore, StoreError};
+    let Some(target) = mongo() else { return };
+    if !target.test_server {
+        eprintln!("failpoint check needs the test server (a real MongoDB is configured); skipped");
+        return;
+    }
+    let server = tokio::task::spawn_blocking(|| {
+        MongoServer::start(ServerOptions {
+            enable_test_commands: true,
+            ..ServerOptions::default()
+        })
+    })
+    .await
+    .expect("join")
+    .expect("start a test server with failpoints");
+    let db = mongo_client::connect(
+        &format!("{}&retryWrites=false", server.uri()),
+        "classify_check",
+        "saga-tests",
+        std::future::pending(),
+    )
+    .await
+    .expect("connect");
+    let store = MongoSagaStore::open(db.clone()).await.expect("open");
+    let mut saga = leased_saga("classified", "a", 50);
+    store.create(&saga).await.expect("create");
+    let admin = db.client().database("admin");
+    let fail_next_update = |data: Document| {
+        let admin = admin.clone();
+        async move {
+            let mut data = data;
+            data.insert("failCommands", vec!["update"]);
+            admin
+                .run_command(doc! {
+                    "configureFailPoint": "failCommand",
+                    "mode": { "times": 1 },
+                    "data": data,
+                })
+                .await
+                .expect("configure failpoint");
+        }
+    };
+    saga.version = 2;
+    for (data, transient) in [
+        (
+            doc! { "errorCode": 112, "errorLabels": ["TransientTransactionError"] },
+            true,
+        ),
+        (doc! { "errorCode": 50 }, true),
+        (doc! { "closeConnection": true }, true),
+        (doc! { "errorCode": 121 }, false),
+        (doc! { "errorCode": 13 }, false),
+    ] {
+        fail_next_update(data.clone()).await;
+        let result = store.save(&saga).await;
+        match (&result, transient) {
+            (Err(StoreError::Unavailable(_)), true) | (Err(StoreError::Rejected(_)), false) => {}
+            _ => panic!("{data}: {result:?}"),
+        }
+    }
+    // Nothing was written by the failed saves; the next one succeeds.
+    store.save(&saga).await.expect("save after the failpoints");
+    let stored = store.get("classified").await.expect("get").expect("stored");
+    assert_eq!(stored.version, 2);
+    drop(server);
 }

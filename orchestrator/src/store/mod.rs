@@ -31,9 +31,15 @@ pub enum StoreError {
         /// The version the writer read.
         expected: u64,
     },
-    /// The store is unreachable or failed; retry later.
+    /// The store is unreachable or failed in a way that passes (a network
+    /// error, an election, a write conflict); retry later.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store refused the operation and will refuse it again (a
+    /// document too large, a failed validation, missing privileges): a
+    /// person must act, so waiting and retrying would only hide it.
+    #[error("store rejected the write: {0}")]
+    Rejected(String),
     /// Stored data cannot be decoded.
     #[error("stored saga is corrupt: {0}")]
     Corrupt(String),

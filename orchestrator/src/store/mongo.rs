@@ -161,11 +161,17 @@ async fn backfill_claimable(sagas: &Collection<Document>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every driver error is reported as "unavailable": whether or not the
-/// driver labels it transient, the executor's answer is the same — wait and
-/// save again — which never loses a saga.
+/// A driver error in domain terms: what may pass (unreachable server,
+/// election, write conflict, anything the driver labels retryable) is
+/// `Unavailable`, which the executor waits out without losing the saga;
+/// what will fail again (`mongo_client::classify` says Permanent: a
+/// document over 16 MB, validation, privileges) is `Rejected`, which it
+/// reports at ERROR instead of retrying forever in silence.
 fn store_error(e: Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    match mongo_client::classify(&e) {
+        mongo_client::ErrorClass::Transient => StoreError::Unavailable(e.to_string()),
+        mongo_client::ErrorClass::Permanent => StoreError::Rejected(e.to_string()),
+    }
 }
 
 fn version(v: u64) -> i64 {
