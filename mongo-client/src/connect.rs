@@ -23,7 +23,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use bson::{Document, doc};
 use mongodb::error::Error;
 use mongodb::options::{Acknowledgment, ClientOptions, IndexOptions, WriteConcern};
-use mongodb::{Client, Database, IndexModel};
+use mongodb::{Client, Collection, Database, IndexModel};
 use std::future::Future;
 use std::time::Duration;
 
@@ -151,6 +151,25 @@ pub fn index(name: &str, keys: Document, unique: bool) -> IndexModel {
                 .build(),
         )
         .build()
+}
+
+/// Creates `indexes` on `collection` (idempotent) and drops the indexes
+/// named in `replaced` if they exist: indexes an older version created that
+/// these replace. (An index cannot be re-created under its old name with
+/// other keys, and a superseded one would only cost writes.)
+pub async fn ensure_indexes(
+    collection: &Collection<Document>,
+    indexes: Vec<IndexModel>,
+    replaced: &[&str],
+) -> Result<(), Error> {
+    collection.create_indexes(indexes).await?;
+    let existing = collection.list_index_names().await?;
+    for name in replaced {
+        if existing.iter().any(|e| e == name) {
+            collection.drop_index(*name).await?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

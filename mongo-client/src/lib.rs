@@ -18,6 +18,6 @@ pub mod errors;
 pub mod fields;
 pub mod monitor;
 
-pub use connect::{ConnectError, connect, index, redact};
+pub use connect::{ConnectError, connect, ensure_indexes, index, redact};
 pub use errors::{DuplicateKey, ErrorClass, classify, duplicate_key};
 pub use fields::{NotAnInteger, integer};

@@ -28,17 +28,31 @@ pub const COLLECTION: &str = "operation_history";
 /// Name of the unique index on `(request_id, kind)`.
 pub const UNIQUE_INDEX: &str = "request_id_kind_unique";
 
-/// Indexes the collection needs (created idempotently at start-up).
+/// Indexes the collection needs: the barrier's unique key, and a subject's
+/// records newest first (ties broken by request id, so the listing's sort
+/// is the index's own order and never a sort in memory).
 pub fn indexes() -> Vec<IndexModel> {
     use mongo_client::index;
     vec![
         index(UNIQUE_INDEX, doc! { "request_id": 1, "kind": 1 }, true),
         index(
-            "subject_recent",
-            doc! { "subject": 1, "recorded_at_ms": -1 },
+            "subject_newest",
+            doc! { "subject": 1, "recorded_at_ms": -1, "request_id": -1 },
             false,
         ),
     ]
+}
+
+/// Creates the operationHistory's [`indexes`] in `db` (idempotent), dropping
+/// the one they replace (`subject_recent`, without the request-id tie
+/// break).
+pub async fn ensure_history_indexes(db: &Database) -> Result<(), Error> {
+    mongo_client::ensure_indexes(
+        &db.collection::<Document>(COLLECTION),
+        indexes(),
+        &["subject_recent"],
+    )
+    .await
 }
 
 /// The barrier's view of an open MongoDB transaction: the database and the
@@ -301,17 +315,25 @@ impl HistoryTx for MongoHistory<'_> {
 }
 
 /// Every record under `request_id` (one per kind), oldest first — what
-/// `ListOperations` shows. Served by the unique `(request_id, kind)` index.
+/// `ListOperations` shows. Served by the unique `(request_id, kind)` index;
+/// a request id has one record per kind (a handful), so they are put in
+/// time order here rather than by a sort stage in the server.
 pub async fn records_of(db: &Database, request_id: &str) -> Result<Vec<OperationRecord>, Error> {
     use futures::TryStreamExt;
     let docs: Vec<Document> = db
         .collection::<Document>(COLLECTION)
         .find(doc! { "request_id": request_id })
-        .sort(doc! { "recorded_at_ms": 1, "kind": 1 })
         .await?
         .try_collect()
         .await?;
-    docs.iter().map(from_document).collect()
+    let mut records = docs
+        .iter()
+        .map(from_document)
+        .collect::<Result<Vec<_>, _>>()?;
+    records.sort_by(|a, b| {
+        (a.recorded_at_ms, a.kind.as_str()).cmp(&(b.recorded_at_ms, b.kind.as_str()))
+    });
+    Ok(records)
 }
 
 /// The most recent records about one subject, newest first.

@@ -435,3 +435,61 @@ async fn saga_store_errors_are_classified_from_the_servers_replies() {
     assert_eq!(stored.version, 2);
     drop(server);
 }
+
+/// Indexes an older version created and this one replaced (same purpose,
+/// keys without the tie break its listing sorts by) are dropped at open,
+/// and their replacements created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaced_indexes_are_dropped_when_a_participant_opens() {
+    let Some(target) = mongo() else { return };
+    for service in ["payment", "inventory"] {
+        let db = fresh_database(&target, service).await;
+        let mut old = vec![(
+            "operation_history",
+            mongo_client::index(
+                "subject_recent",
+                doc! { "subject": 1, "recorded_at_ms": -1 },
+                false,
+            ),
+        )];
+        if service == "inventory" {
+            old.push((
+                "deduct_lines",
+                mongo_client::index(
+                    "product_recent",
+                    doc! { "product_id": 1, "recorded_at_ms": -1 },
+                    false,
+                ),
+            ));
+        }
+        for (collection, index) in old.clone() {
+            db.collection::<Document>(collection)
+                .create_index(index)
+                .await
+                .expect("old index");
+        }
+        if service == "payment" {
+            MongoPaymentStore::open(db.clone()).await.expect("open");
+        } else {
+            MongoInventoryStore::open(db.clone()).await.expect("open");
+        }
+        for (collection, replaced, replacement) in [
+            ("operation_history", "subject_recent", "subject_newest"),
+            ("deduct_lines", "product_recent", "product_newest"),
+        ]
+        .into_iter()
+        .take(old.len())
+        {
+            let names = db
+                .collection::<Document>(collection)
+                .list_index_names()
+                .await
+                .expect("list indexes");
+            assert!(!names.iter().any(|n| n == replaced), "{service}: {names:?}");
+            assert!(
+                names.iter().any(|n| n == replacement),
+                "{service}: {names:?}"
+            );
+        }
+    }
+}

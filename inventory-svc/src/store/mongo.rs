@@ -39,7 +39,9 @@ const DEDUCT_LINES: &str = "deduct_lines";
 /// Name of the unique index on `deduct_lines (request_id, line_index)`.
 const LINE_UNIQUE: &str = "request_id_line_unique";
 /// Name of the index listing a product's lines, newest first.
-const PRODUCT_RECENT: &str = "product_recent";
+/// A product's deducted lines newest first, ties broken as the listing
+/// sorts (request id, line), so its sort is the index's own order.
+const PRODUCT_NEWEST: &str = "product_newest";
 
 /// Inventory store in a MongoDB database.
 #[derive(Clone, Debug)]
@@ -50,20 +52,21 @@ pub struct MongoInventoryStore {
 impl MongoInventoryStore {
     /// Uses `db`, creating the indexes the store relies on (idempotent).
     pub async fn open(db: Database) -> Result<Self, Error> {
-        db.collection::<Document>(history::COLLECTION)
-            .create_indexes(history::indexes())
-            .await?;
+        history::ensure_history_indexes(&db).await?;
         // Products are keyed by _id = product_id; no other index is needed.
-        db.collection::<Document>(DEDUCT_LINES)
-            .create_indexes([
+        mongo_client::ensure_indexes(
+            &db.collection::<Document>(DEDUCT_LINES),
+            vec![
                 index(LINE_UNIQUE, doc! { "request_id": 1, "line_index": 1 }, true),
                 index(
-                    PRODUCT_RECENT,
-                    doc! { "product_id": 1, "recorded_at_ms": -1 },
+                    PRODUCT_NEWEST,
+                    doc! { "product_id": 1, "recorded_at_ms": -1, "request_id": -1, "line_index": -1 },
                     false,
                 ),
-            ])
-            .await?;
+            ],
+            &["product_recent"],
+        )
+        .await?;
         Ok(MongoInventoryStore { db })
     }
 }

@@ -61,6 +61,11 @@ impl MongoSagaStore {
                     doc! { "customer_id": 1, "created_at_ms": -1, "_id": -1 },
                     false,
                 ),
+                index(
+                    "customer_status_newest",
+                    doc! { "customer_id": 1, "status": 1, "created_at_ms": -1, "_id": -1 },
+                    false,
+                ),
             ])
             .await?;
         backfill_customer_ids(&sagas).await?;
@@ -106,7 +111,7 @@ impl MongoSagaStore {
 /// missing fields as null), so the listing by customer sees every saga.
 async fn backfill_customer_ids(sagas: &Collection<Document>) -> Result<(), Error> {
     let missing: Vec<Document> = sagas
-        .find(doc! { "customer_id": { "$exists": false } })
+        .find(doc! { "customer_id": null })
         .projection(doc! { "saga.order.customer_id": 1 })
         .await?
         .try_collect()

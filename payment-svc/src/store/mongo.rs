@@ -37,9 +37,7 @@ pub struct MongoPaymentStore {
 impl MongoPaymentStore {
     /// Uses `db`, creating the indexes the store relies on (idempotent).
     pub async fn open(db: Database) -> Result<Self, Error> {
-        db.collection::<Document>(history::COLLECTION)
-            .create_indexes(history::indexes())
-            .await?;
+        history::ensure_history_indexes(&db).await?;
         // Accounts are keyed by _id = customer_id; no other index is needed.
         Ok(MongoPaymentStore { db })
     }
