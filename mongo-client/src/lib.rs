@@ -17,7 +17,9 @@ pub mod connect;
 pub mod errors;
 pub mod fields;
 pub mod monitor;
+pub mod sharding;
 
 pub use connect::{ConnectError, connect, ensure_indexes, index, redact};
 pub use errors::{DuplicateKey, ErrorClass, classify, duplicate_key};
 pub use fields::{NotAnInteger, integer};
+pub use sharding::ShardKey;

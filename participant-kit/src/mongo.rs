@@ -28,6 +28,26 @@ pub const COLLECTION: &str = "operation_history";
 /// Name of the unique index on `(request_id, kind)`.
 pub const UNIQUE_INDEX: &str = "request_id_kind_unique";
 
+/// How the operationHistory is sharded: by request id (hashed), the key of
+/// the barrier's unique index; every lookup names it, so it goes to one
+/// shard. (A participant call's transaction then spans the record's shard
+/// and the account's or product's: a distributed commit in a sharded
+/// cluster.)
+pub const SHARD_KEY: mongo_client::ShardKey = mongo_client::ShardKey {
+    collection: COLLECTION,
+    field: "request_id",
+};
+
+/// How a counter's collection (accounts, products) is sharded: by its
+/// `_id` (the customer or product id, hashed), which every take and add
+/// names.
+pub fn counter_shard_key(counter: &crate::counter::Counter) -> mongo_client::ShardKey {
+    mongo_client::ShardKey {
+        collection: counter.table,
+        field: "_id",
+    }
+}
+
 /// Indexes the collection needs: the barrier's unique key, and a subject's
 /// records newest first (ties broken by request id, so the listing's sort
 /// is the index's own order and never a sort in memory).
@@ -290,7 +310,7 @@ impl HistoryTx for MongoHistory<'_> {
         let before = self
             .collection()
             .find_one_and_update(
-                doc! { "_id": id(&r.request_id, &r.kind) },
+                doc! { "_id": id(&r.request_id, &r.kind), "request_id": &r.request_id },
                 doc! { "$setOnInsert": to_document(r) },
             )
             .upsert(true)
@@ -307,7 +327,7 @@ impl HistoryTx for MongoHistory<'_> {
     ) -> Result<Option<OperationRecord>, Error> {
         let found = self
             .collection()
-            .find_one(doc! { "_id": id(request_id, kind) })
+            .find_one(doc! { "_id": id(request_id, kind), "request_id": request_id })
             .session(&mut *self.session)
             .await?;
         found.as_ref().map(from_document).transpose()

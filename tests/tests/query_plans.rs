@@ -19,6 +19,10 @@
 //!   (mongod always serves them from the `_id` index); on a real MongoDB
 //!   neither allowance applies.
 //!
+//! Every write's filter must also name its collection's shard key (see
+//! `mongo_client::sharding`), so that in a sharded cluster it goes to one
+//! shard.
+//!
 //! The plans are printed as a table. On a real MongoDB (`MONGODB_URI`) the
 //! same checks hold; for production, `mongod --setParameter notablescan=1`
 //! makes any collection scan an error at run time as well.
@@ -283,6 +287,34 @@ async fn every_query_the_services_send_is_served_by_an_index() {
         );
     }
     let mut failures = Vec::new();
+    // Writes go to one shard: each names its collection's shard key
+    // (tests/tests/sharding_plan.rs checks the keys against the indexes).
+    let shard_keys = [
+        orchestrator::store::MONGO_SHARD_KEY,
+        participant_kit::mongo::SHARD_KEY,
+        inventory_svc::store::DEDUCT_LINES_SHARD_KEY,
+        participant_kit::mongo::counter_shard_key(&payment_svc::store::ledger::BALANCES),
+        participant_kit::mongo::counter_shard_key(&inventory_svc::store::stock::STOCK),
+    ];
+    for shape in &shapes {
+        if !matches!(
+            shape.command.as_str(),
+            "update" | "findAndModify" | "delete"
+        ) {
+            continue;
+        }
+        match shard_keys.iter().find(|k| k.collection == shape.collection) {
+            Some(key) if shape.filter.contains_key(key.field) => {}
+            Some(key) => failures.push(format!(
+                "{} {} {}: a write without the shard key {}",
+                shape.service, shape.collection, shape.shape, key.field
+            )),
+            None => failures.push(format!(
+                "{} {}: a collection the sharding plan does not cover",
+                shape.service, shape.collection
+            )),
+        }
+    }
     let mut table = Vec::new();
     for shape in &shapes {
         let db = mongo_client::connect(&uri, &shape.database, "plan-check", std::future::pending())

@@ -10,7 +10,7 @@ mod mongo;
 mod sqlite;
 pub mod stock;
 
-pub use mongo::MongoInventoryStore;
+pub use mongo::{DEDUCT_LINES_SHARD_KEY, MongoInventoryStore, deduct_line_indexes};
 pub use sqlite::SqliteInventoryStore;
 
 use async_trait::async_trait;

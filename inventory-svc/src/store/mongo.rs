@@ -43,6 +43,26 @@ const LINE_UNIQUE: &str = "request_id_line_unique";
 /// sorts (request id, line), so its sort is the index's own order.
 const PRODUCT_NEWEST: &str = "product_newest";
 
+/// How `deduct_lines` is sharded: by request id (hashed), the key of its
+/// unique index; restocks find a deduction's lines by it.
+pub const DEDUCT_LINES_SHARD_KEY: mongo_client::ShardKey = mongo_client::ShardKey {
+    collection: DEDUCT_LINES,
+    field: "request_id",
+};
+
+/// The indexes of `deduct_lines`: unique by `(request_id, line_index)`, and
+/// a product's lines newest first.
+pub fn deduct_line_indexes() -> Vec<mongodb::IndexModel> {
+    vec![
+        index(LINE_UNIQUE, doc! { "request_id": 1, "line_index": 1 }, true),
+        index(
+            PRODUCT_NEWEST,
+            doc! { "product_id": 1, "recorded_at_ms": -1, "request_id": -1, "line_index": -1 },
+            false,
+        ),
+    ]
+}
+
 /// Inventory store in a MongoDB database.
 #[derive(Clone, Debug)]
 pub struct MongoInventoryStore {
@@ -56,14 +76,7 @@ impl MongoInventoryStore {
         // Products are keyed by _id = product_id; no other index is needed.
         mongo_client::ensure_indexes(
             &db.collection::<Document>(DEDUCT_LINES),
-            vec![
-                index(LINE_UNIQUE, doc! { "request_id": 1, "line_index": 1 }, true),
-                index(
-                    PRODUCT_NEWEST,
-                    doc! { "product_id": 1, "recorded_at_ms": -1, "request_id": -1, "line_index": -1 },
-                    false,
-                ),
-            ],
+            deduct_line_indexes(),
             &["product_recent"],
         )
         .await?;

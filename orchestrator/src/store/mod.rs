@@ -14,7 +14,7 @@
 mod mongo;
 mod sqlite;
 
-pub use mongo::MongoSagaStore;
+pub use mongo::{MongoSagaStore, SHARD_KEY as MONGO_SHARD_KEY, indexes as mongo_indexes};
 pub use sqlite::SqliteSagaStore;
 
 use crate::saga::{Saga, SagaStatus};

@@ -33,6 +33,44 @@ pub struct MongoSagaStore {
     sagas: Collection<Document>,
 }
 
+/// How `sagas` is sharded: by request id (hashed), the key of its unique
+/// index; every save names it, so a write goes to one shard.
+pub const SHARD_KEY: mongo_client::ShardKey = mongo_client::ShardKey {
+    collection: SAGAS,
+    field: "request_id",
+};
+
+/// The indexes of `sagas` (created at open): unique by request id;
+/// newest-first listing, optionally by status, by customer or both; counts
+/// by status; recovery by `claimable_after_ms` (and owner).
+pub fn indexes() -> Vec<mongodb::IndexModel> {
+    vec![
+        index(REQUEST_ID_INDEX, doc! { "request_id": 1 }, true),
+        index("newest", doc! { "created_at_ms": -1, "_id": -1 }, false),
+        index(
+            "status_newest",
+            doc! { "status": 1, "created_at_ms": -1, "_id": -1 },
+            false,
+        ),
+        index(CLAIMABLE_INDEX, doc! { "claimable_after_ms": 1 }, false),
+        index(
+            "own_claimable",
+            doc! { "lease_owner": 1, "claimable_after_ms": 1 },
+            false,
+        ),
+        index(
+            "customer_newest",
+            doc! { "customer_id": 1, "created_at_ms": -1, "_id": -1 },
+            false,
+        ),
+        index(
+            "customer_status_newest",
+            doc! { "customer_id": 1, "status": 1, "created_at_ms": -1, "_id": -1 },
+            false,
+        ),
+    ]
+}
+
 impl MongoSagaStore {
     /// Uses `db`, creating the indexes (idempotent): sagas unique by
     /// request_id; newest-first listing, optionally by status or by
@@ -41,33 +79,7 @@ impl MongoSagaStore {
     /// did not write (customer, claimable time).
     pub async fn open(db: Database) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
-        sagas
-            .create_indexes([
-                index(REQUEST_ID_INDEX, doc! { "request_id": 1 }, true),
-                index("newest", doc! { "created_at_ms": -1, "_id": -1 }, false),
-                index(
-                    "status_newest",
-                    doc! { "status": 1, "created_at_ms": -1, "_id": -1 },
-                    false,
-                ),
-                index(CLAIMABLE_INDEX, doc! { "claimable_after_ms": 1 }, false),
-                index(
-                    "own_claimable",
-                    doc! { "lease_owner": 1, "claimable_after_ms": 1 },
-                    false,
-                ),
-                index(
-                    "customer_newest",
-                    doc! { "customer_id": 1, "created_at_ms": -1, "_id": -1 },
-                    false,
-                ),
-                index(
-                    "customer_status_newest",
-                    doc! { "customer_id": 1, "status": 1, "created_at_ms": -1, "_id": -1 },
-                    false,
-                ),
-            ])
-            .await?;
+        sagas.create_indexes(indexes()).await?;
         backfill_customer_ids(&sagas).await?;
         backfill_claimable(&sagas).await?;
         Ok(MongoSagaStore { sagas })
@@ -112,7 +124,7 @@ impl MongoSagaStore {
 async fn backfill_customer_ids(sagas: &Collection<Document>) -> Result<(), Error> {
     let missing: Vec<Document> = sagas
         .find(doc! { "customer_id": null })
-        .projection(doc! { "saga.order.customer_id": 1 })
+        .projection(doc! { "saga.order.customer_id": 1, "request_id": 1 })
         .await?
         .try_collect()
         .await?;
@@ -121,10 +133,12 @@ async fn backfill_customer_ids(sagas: &Collection<Document>) -> Result<(), Error
             .get_document("saga")
             .and_then(|s| s.get_document("order"))
             .and_then(|o| o.get_str("customer_id"));
-        if let (Ok(id), Ok(customer)) = (d.get_str("_id"), customer) {
+        if let (Ok(id), Ok(request_id), Ok(customer)) =
+            (d.get_str("_id"), d.get_str("request_id"), customer)
+        {
             sagas
                 .update_one(
-                    doc! { "_id": id },
+                    doc! { "_id": id, "request_id": request_id },
                     doc! { "$set": { "customer_id": customer } },
                 )
                 .await?;
@@ -158,7 +172,7 @@ async fn backfill_claimable(sagas: &Collection<Document>) -> Result<(), Error> {
         };
         sagas
             .update_one(
-                doc! { "_id": id, "claimable_after_ms": null },
+                doc! { "_id": id, "request_id": &saga.request_id, "claimable_after_ms": null },
                 doc! { "$set": { "claimable_after_ms": saga.claimable_after_ms() } },
             )
             .await?;
@@ -246,7 +260,11 @@ impl SagaStore for MongoSagaStore {
         let updated = self
             .sagas
             .update_one(
-                doc! { "_id": &saga.saga_id, "version": version(expected) },
+                doc! {
+                    "_id": &saga.saga_id,
+                    "request_id": &saga.request_id,
+                    "version": version(expected),
+                },
                 doc! { "$set": {
                     "status": saga.status.as_str(),
                     "customer_id": &saga.order.customer_id,

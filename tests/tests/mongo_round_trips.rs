@@ -1,0 +1,96 @@
+//! MongoDB commands per saga on the happy path, counted with the driver's
+//! command monitoring (every command is one network round trip in
+//! production; a stand-in's speed says nothing about mongod's, so commands
+//! are counted, not timed). Targets: the orchestrator ≤ 3 writes and no
+//! reads per saga; Charge ≤ 3 commands including its commit; Deduct ≤ 4
+//! whatever the number of lines. The recovery sweep's periodic scans are
+//! not per saga and are left out (they are counted apart and printed).
+
+use mongo_client::monitor::{RecordedCommand, record_commands, recorded_commands};
+use saga_tests::Stack;
+use std::collections::BTreeMap;
+
+/// A read or write the saga caused (not the sweep's scan, not a session
+/// end or a heartbeat).
+fn sweep_scan(c: &RecordedCommand) -> bool {
+    c.name == "find"
+        && c.body
+            .get_document("filter")
+            .is_ok_and(|f| f.contains_key("claimable_after_ms"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_costs_at_most_its_budget_of_mongodb_commands() {
+    record_commands();
+    let Some(stack) = Stack::start_mongo().await else {
+        return;
+    };
+    const SAGAS: usize = 10;
+    stack.deposit("alice", 1_000_000).await;
+    for product in ["sku-a", "sku-b", "sku-c"] {
+        stack.add_stock(product, 1_000).await;
+    }
+    let before = recorded_commands().len();
+    for i in 0..SAGAS {
+        let reply = stack
+            .order(
+                &format!("rt-{i}"),
+                "alice",
+                &[("sku-a", 1, 10), ("sku-b", 2, 20), ("sku-c", 3, 30)],
+            )
+            .await
+            .expect("order");
+        assert_eq!(
+            reply.status,
+            i32::from(saga_proto::saga::v1::SagaStatus::Completed)
+        );
+    }
+    let commands: Vec<_> = recorded_commands().split_off(before);
+    stack.stop().await;
+
+    let mut per: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut sweeps = 0;
+    for c in &commands {
+        if sweep_scan(c) {
+            sweeps += 1;
+            continue;
+        }
+        *per.entry((c.service.clone(), c.name.clone())).or_default() += 1;
+    }
+    let mut table = String::new();
+    for ((service, name), n) in &per {
+        table.push_str(&format!(
+            "{service:<13} {name:<18} {:.2}/saga\n",
+            *n as f64 / SAGAS as f64
+        ));
+    }
+    eprintln!(
+        "MongoDB commands per saga ({SAGAS} sagas, 3 lines each; sweep scans apart: {sweeps}):\n{table}"
+    );
+    let count = |service: &str, names: &[&str]| -> f64 {
+        per.iter()
+            .filter(|((s, n), _)| s == service && (names.is_empty() || names.contains(&n.as_str())))
+            .map(|(_, n)| *n)
+            .sum::<usize>() as f64
+            / SAGAS as f64
+    };
+    let writes = count(
+        "orchestrator",
+        &["insert", "update", "findAndModify", "delete"],
+    );
+    let reads = count("orchestrator", &["find", "aggregate", "count"]);
+    let payment = count("payment", &[]);
+    let inventory = count("inventory", &[]);
+    // Each saga is stored and charged and deducted, so none can be free.
+    assert!(
+        writes >= 1.0 && payment >= 2.0 && inventory >= 2.0,
+        "{table}"
+    );
+    assert!(writes <= 3.0, "orchestrator writes/saga {writes}\n{table}");
+    assert!(reads == 0.0, "orchestrator reads/saga {reads}\n{table}");
+    assert!(payment <= 3.0, "Charge commands/saga {payment}\n{table}");
+    assert!(
+        inventory <= 4.0,
+        "Deduct commands/saga {inventory}\n{table}"
+    );
+}
