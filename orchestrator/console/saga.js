@@ -65,7 +65,13 @@
   function renderTimeline(saga) {
     const list = clear($("timeline"));
     let previous = null;
-    for (const t of saga.history) {
+    const omitted = Number(saga.history_omitted || 0);
+    saga.history.forEach((t, i) => {
+      if (omitted > 0 && i === 16) {
+        list.append(el("li", { class: "transition omitted" },
+          omitted + " earlier transitions omitted (the history keeps the first 16 and the latest)"));
+        previous = null;
+      }
       const at = millis(t.at);
       const since = previous === null ? "start" : "+" + duration(at - previous);
       previous = at;
@@ -75,7 +81,7 @@
         el("span", { class: "who" }, t.step || "saga"),
         el("span", { class: "change" }, t.from + " → " + t.to),
         el("span", { class: "detail" }, t.detail)));
-    }
+    });
   }
 
   function render(saga) {

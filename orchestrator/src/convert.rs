@@ -204,6 +204,7 @@ pub fn saga(s: Saga) -> pb::Saga {
         order: Some(order(s.order)),
         steps: s.steps.into_iter().map(step).collect(),
         history: s.history.into_iter().map(transition).collect(),
+        history_omitted: s.history_omitted,
         created_at: Some(timestamp(s.created_at_ms)),
         updated_at: Some(timestamp(s.updated_at_ms)),
         reason: s.reason.unwrap_or_default(),

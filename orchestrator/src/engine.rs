@@ -17,7 +17,10 @@
 //! - Compensations are retried; if their budget runs out the saga is
 //!   `Failed` and waits for a person (RetrySaga).
 
-use crate::saga::{Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition};
+use crate::saga::{
+    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition,
+    bounded_text,
+};
 
 /// What the engine knows of a step: its name and the names of the
 /// operations that do and undo it (the calls themselves live in
@@ -117,6 +120,7 @@ pub fn start(
         version: 0,
         lease: None,
         client_trace_id: None,
+        history_omitted: 0,
     };
     saga.history.push(Transition {
         at_ms: now_ms,
@@ -183,7 +187,7 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
         (Next::Act(i), Outcome::Retrying(error)) => {
             let step = &mut saga.steps[i];
             step.attempts = step.attempts.saturating_add(1);
-            step.last_error = Some(error.clone());
+            step.last_error = Some(bounded_text(error.clone()));
             push(
                 saga,
                 Some(i),
@@ -198,7 +202,7 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
                 "{} gave up after {} attempts: {error}",
                 saga.steps[i].action, saga.steps[i].attempts
             );
-            saga.steps[i].last_error = Some(error);
+            saga.steps[i].last_error = Some(bounded_text(error));
             start_compensating(saga, i, reason, now_ms);
         }
         (Next::Compensate(i), Outcome::Compensated) => {
@@ -222,7 +226,7 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
             }
             let step = &mut saga.steps[i];
             step.compensation_attempts = step.compensation_attempts.saturating_add(1);
-            step.last_error = Some(error.clone());
+            step.last_error = Some(bounded_text(error.clone()));
             push(
                 saga,
                 Some(i),
@@ -234,9 +238,9 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
         }
         (Next::Compensate(i), Outcome::CompensationGaveUp(error)) => {
             let step = &mut saga.steps[i];
-            step.last_error = Some(error.clone());
+            step.last_error = Some(bounded_text(error.clone()));
             let detail = format!("{} could not be completed: {error}", step.compensation);
-            saga.reason = Some(detail.clone());
+            saga.reason = Some(bounded_text(detail.clone()));
             set_status(saga, SagaStatus::Failed, &detail, now_ms);
         }
         // An outcome that does not belong to the work (e.g. Compensated for
@@ -294,7 +298,7 @@ fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i6
     for later in saga.steps.iter_mut().skip(failed + 1) {
         later.status = StepStatus::Skipped;
     }
-    saga.reason = Some(reason.clone());
+    saga.reason = Some(bounded_text(reason.clone()));
     match next_compensation(saga) {
         Some(j) => {
             set_status(saga, SagaStatus::Compensating, &reason, now_ms);
@@ -345,7 +349,7 @@ fn finish_step(saga: &mut Saga, i: usize, status: StepStatus, error: Option<&str
     step.status = status;
     step.finished_at_ms = Some(now_ms);
     if let Some(error) = error {
-        step.last_error = Some(error.to_owned());
+        step.last_error = Some(bounded_text(error.to_owned()));
     }
     push(
         saga,
@@ -363,6 +367,9 @@ fn set_status(saga: &mut Saga, status: SagaStatus, detail: &str, now_ms: i64) {
     push(saga, None, from, status.as_str(), detail.to_owned(), now_ms);
 }
 
+/// Appends a transition, keeping the history bounded: past
+/// [`HISTORY_KEPT`] the oldest transition after the first [`HISTORY_HEAD`]
+/// is dropped and counted in `history_omitted`.
 fn push(saga: &mut Saga, step: Option<usize>, from: &str, to: &str, detail: String, now_ms: i64) {
     let step = step.map(|i| saga.steps[i].name.clone());
     saga.history.push(Transition {
@@ -370,8 +377,12 @@ fn push(saga: &mut Saga, step: Option<usize>, from: &str, to: &str, detail: Stri
         step,
         from: from.to_owned(),
         to: to.to_owned(),
-        detail,
+        detail: bounded_text(detail),
     });
+    if saga.history.len() > HISTORY_KEPT {
+        saga.history.remove(HISTORY_HEAD);
+        saga.history_omitted = saga.history_omitted.saturating_add(1);
+    }
 }
 
 #[cfg(test)]

@@ -167,6 +167,32 @@ pub struct Transition {
     pub detail: String,
 }
 
+/// Most transitions a saga keeps (see [`Saga::history`]).
+pub const HISTORY_KEPT: usize = 64;
+/// How many of the first transitions are always kept.
+pub const HISTORY_HEAD: usize = 16;
+/// Longest text kept in a transition's detail or a step's last error, in
+/// bytes (a participant's error message is not ours to size).
+pub const TEXT_KEPT: usize = 1_024;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// `text` cut to at most [`TEXT_KEPT`] bytes at a character boundary, with
+/// an ellipsis when cut.
+pub fn bounded_text(mut text: String) -> String {
+    if text.len() > TEXT_KEPT {
+        let mut end = TEXT_KEPT - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 /// A saga instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Saga {
@@ -182,8 +208,16 @@ pub struct Saga {
     pub status: SagaStatus,
     /// Its steps, in forward order.
     pub steps: Vec<Step>,
-    /// Every transition, oldest first.
+    /// The transitions, oldest first: all of them, unless the saga has
+    /// seen more than [`HISTORY_KEPT`]; then the first
+    /// [`HISTORY_HEAD`] and the latest ones, and `history_omitted` counts
+    /// those dropped between them. A saga retried for days (or RetrySaga'd
+    /// again and again) keeps a bounded document, far from MongoDB's
+    /// 16 MB limit, and still shows how it began and how it is going.
     pub history: Vec<Transition>,
+    /// How many transitions were dropped from the middle of `history`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub history_omitted: u64,
     /// Why the saga is compensating, cancelled or failed.
     pub reason: Option<String>,
     /// When the saga was created (ms since the epoch).

@@ -24,6 +24,7 @@ pub fn saga(s: &pb::Saga) -> Value {
         "order": s.order.as_ref().map(order),
         "steps": s.steps.iter().map(step).collect::<Vec<_>>(),
         "history": s.history.iter().map(transition).collect::<Vec<_>>(),
+        "history_omitted": s.history_omitted.to_string(),
         "created_at": timestamp(s.created_at.as_ref()),
         "updated_at": timestamp(s.updated_at.as_ref()),
         "reason": s.reason,

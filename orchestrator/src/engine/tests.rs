@@ -289,3 +289,47 @@ fn an_unknown_outcome_at_any_position_is_compensated_first_then_the_earlier_ones
         }
     }
 }
+
+#[test]
+fn the_history_stays_bounded_however_often_a_step_is_retried() {
+    use crate::saga::{HISTORY_HEAD, HISTORY_KEPT, TEXT_KEPT};
+    let mut s = saga();
+    let retries = 1_000;
+    // A participant's error of 4 KB of multibyte text.
+    let long_error = "é".repeat(2_048);
+    for attempt in 0..retries {
+        record(
+            &mut s,
+            Next::Act(0),
+            Outcome::Retrying(format!("{attempt}: {long_error}")),
+            10 + attempt,
+        );
+    }
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 5_000);
+    assert_eq!(s.history.len(), HISTORY_KEPT);
+    // 1 created + 1 started + retries + succeeded + next step started.
+    let seen = 2 + retries as usize + 2;
+    assert_eq!(s.history_omitted, (seen - HISTORY_KEPT) as u64);
+    // The beginning is kept as it was; the end is the latest.
+    assert_eq!(s.history[0].detail, "saga created");
+    assert!(
+        s.history[HISTORY_HEAD - 1]
+            .detail
+            .starts_with(&format!("attempt failed, retrying: {}:", HISTORY_HEAD - 3))
+    );
+    assert_eq!(s.history.last().map(|t| t.at_ms), Some(5_000));
+    // Texts are cut at a character boundary, marked as cut.
+    for t in &s.history {
+        assert!(t.detail.len() <= TEXT_KEPT, "{}", t.detail.len());
+    }
+    let error = s.steps[0].last_error.as_deref().unwrap_or_default();
+    assert!(
+        error.len() <= TEXT_KEPT && error.ends_with('…'),
+        "{}",
+        error.len()
+    );
+    // It still round-trips.
+    let json = serde_json::to_string(&s).expect("encode");
+    let back: Saga = serde_json::from_str(&json).expect("decode");
+    assert_eq!(back, s);
+}
