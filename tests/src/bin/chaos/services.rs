@@ -237,21 +237,29 @@ impl Services {
 /// participant SIGKILLed inside one leaves its locks held for the server's
 /// transaction lifetime — a call timeout shorter than that would only pile
 /// up conflicting retries.
-struct Timing {
-    call_timeout_ms: u64,
-    lease_ttl_ms: u64,
+/// The lease must outlast the orchestrator's longest gap between two saves
+/// (its start-up check): 2 s connect timeout + call timeout + twice the
+/// largest retry delay (backon's jitter).
+pub struct Timing {
+    pub call_timeout_ms: u64,
+    pub retry_max_delay_ms: u64,
+    pub lease_ttl_ms: u64,
 }
 
 impl Timing {
-    fn of(storage: &Storage) -> Timing {
+    pub fn of(storage: &Storage) -> Timing {
         match storage.label() {
+            // 2 000 + 500 + 2 × 500 = 3 500 < 4 000.
             None => Timing {
                 call_timeout_ms: 500,
-                lease_ttl_ms: 3_000,
+                retry_max_delay_ms: 500,
+                lease_ttl_ms: 4_000,
             },
+            // 2 000 + 5 000 + 2 × 1 000 = 9 000 < 10 000.
             Some(_) => Timing {
                 call_timeout_ms: 5_000,
-                lease_ttl_ms: 15_000,
+                retry_max_delay_ms: 1_000,
+                lease_ttl_ms: 10_000,
             },
         }
     }
@@ -266,9 +274,10 @@ fn orchestrator_args(
     inventory: SocketAddr,
     timing: Timing,
 ) -> Vec<String> {
-    let (call_timeout, lease_ttl) = (
+    let (call_timeout, lease_ttl, max_delay) = (
         timing.call_timeout_ms.to_string(),
         timing.lease_ttl_ms.to_string(),
+        timing.retry_max_delay_ms.to_string(),
     );
     [
         "serve",
@@ -284,6 +293,8 @@ fn orchestrator_args(
         &call_timeout,
         "--lease-ttl-ms",
         &lease_ttl,
+        "--retry-max-delay-ms",
+        &max_delay,
         "--action-attempts",
         "50",
         "--compensation-attempts",
