@@ -34,10 +34,13 @@ mod args;
 mod audit;
 mod checks;
 mod cluster;
+mod contention;
 mod drive;
 mod faults;
+mod manifest;
 mod report;
 mod schedule;
+mod scrape;
 mod services;
 mod snapshot;
 mod soak;
@@ -53,6 +56,9 @@ use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.audit_only {
+        return audit_only(&args);
+    }
     let bin_dir = match find_binaries(&args) {
         Ok(dir) => dir,
         Err(why) => {
@@ -90,6 +96,30 @@ fn main() -> ExitCode {
     }
     println!("chaos: {} passed, {} failed", checks.passed, checks.failed);
     if all_passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `--audit-only --work-dir DIR`: the store checks of a kept run; exit 0
+/// only when all pass (the work dir is left as it is).
+fn audit_only(args: &Args) -> ExitCode {
+    let Some(work) = args.work_dir.as_deref() else {
+        eprintln!("chaos: --audit-only needs --work-dir");
+        return ExitCode::from(2);
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut checks = Checks::default();
+    if let Err(e) = runtime.block_on(soak::audit_only(work, &mut checks)) {
+        checks.check(false, "the kept run could be audited", &e);
+    }
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    println!("chaos: {} passed, {} failed", checks.passed, checks.failed);
+    if checks.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
