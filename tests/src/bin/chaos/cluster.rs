@@ -45,8 +45,36 @@ impl Role {
     }
 }
 
-/// A free 127.0.0.1 port (bound and released; the service rebinds it).
+/// A free 127.0.0.1 port for a service (bound and released; the service
+/// binds it, and binds it again after each restart). It is taken *below*
+/// the kernel's ephemeral range: a port from that range, once released,
+/// can be given to any outgoing connection — one orchestrator's call to a
+/// participant could take the port another orchestrator is about to bind,
+/// or a killed service's port before its restart. No port is handed out
+/// twice in one run.
 pub fn free_addr() -> std::io::Result<SocketAddr> {
+    use rand::Rng;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (from, to) = (10_000u16, low.max(10_001));
+    let mut given = GIVEN
+        .lock()
+        .map_err(|_| std::io::Error::other("port list poisoned"))?;
+    let mut rng = rand::rng();
+    for _ in 0..1_000 {
+        let port = rng.random_range(from..to);
+        if given.contains(&port) {
+            continue;
+        }
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            given.push(port);
+            return l.local_addr();
+        }
+    }
+    // Nothing free below the ephemeral range: any free port.
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     l.local_addr()
 }

@@ -68,7 +68,7 @@ pub async fn drive_with_kills(
     let orders: Vec<Channel> = svc
         .orchestrator_addrs()
         .into_iter()
-        .map(|a| crate::cluster::channel(a, Duration::from_secs(5)))
+        .map(|a| crate::cluster::channel(a, svc.timing.client_timeout))
         .collect();
     let workers = spawn_workers(args, seed, &drive, &orders, deadline);
     let kills = schedule(args, rng);

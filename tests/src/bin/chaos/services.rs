@@ -43,6 +43,12 @@ pub struct OrchestratorKill {
     pub taken_over_before_return: bool,
     /// How long it was down, ms.
     pub down_ms: u64,
+    /// When it was SIGKILLed (reaped), ms since the epoch.
+    #[serde(default)]
+    pub killed_at_ms: i64,
+    /// When it was started again, ms since the epoch.
+    #[serde(default)]
+    pub restarted_at_ms: i64,
 }
 
 /// What happened to the services, for the report.
@@ -299,6 +305,7 @@ impl Services {
             return p.start(START_LIMIT).await;
         }
         let killed_at = Instant::now();
+        let killed_at_ms = service_kit::time::now_ms();
         tally.orchestrator_kills += 1;
         let number = tally.orchestrator_kills;
         let in_flight = storage.leased_to(&instance).await.unwrap_or_else(|e| {
@@ -350,6 +357,7 @@ impl Services {
         }
         let down_ms = killed_at.elapsed().as_millis() as u64;
         let restarted = Instant::now();
+        let restarted_at_ms = service_kit::time::now_ms();
         p.start(START_LIMIT).await?;
         println!(
             "chaos: {} back after {down_ms} ms down (pid {}, ready after {} ms){}",
@@ -369,6 +377,8 @@ impl Services {
             waited_for_takeover: waits,
             taken_over_before_return: taken_over,
             down_ms,
+            killed_at_ms,
+            restarted_at_ms,
         });
         Ok(())
     }
@@ -459,6 +469,11 @@ pub struct Timing {
     pub call_timeout_ms: u64,
     pub retry_max_delay_ms: u64,
     pub lease_ttl_ms: u64,
+    /// Each instance's recovery sweep (one query of the saga store).
+    pub sweep_interval_ms: u64,
+    /// Deadline of the soak's own calls to the orchestrators (CreateOrder,
+    /// GetSaga, ListSagas): a slow store makes them slow too.
+    pub client_timeout: std::time::Duration,
 }
 
 impl Timing {
@@ -469,12 +484,18 @@ impl Timing {
                 call_timeout_ms: 500,
                 retry_max_delay_ms: 500,
                 lease_ttl_ms: 4_000,
+                sweep_interval_ms: 200,
+                client_timeout: Duration::from_secs(5),
             },
-            // 2 000 + 5 000 + 2 × 1 000 = 9 000 < 10 000.
+            // 2 000 + 5 000 + 2 × 1 000 = 9 000 < 10 000. The Python test
+            // server answers every query slowly under load: a sweep per
+            // second per instance, and patient clients.
             Some(_) => Timing {
                 call_timeout_ms: 5_000,
                 retry_max_delay_ms: 1_000,
                 lease_ttl_ms: 10_000,
+                sweep_interval_ms: 1_000,
+                client_timeout: Duration::from_secs(20),
             },
         }
     }
@@ -491,10 +512,11 @@ fn orchestrator_args(
     instance_id: &str,
     timing: &Timing,
 ) -> Vec<String> {
-    let (call_timeout, lease_ttl, max_delay) = (
+    let (call_timeout, lease_ttl, max_delay, sweep) = (
         timing.call_timeout_ms.to_string(),
         timing.lease_ttl_ms.to_string(),
         timing.retry_max_delay_ms.to_string(),
+        timing.sweep_interval_ms.to_string(),
     );
     [
         "serve",
@@ -517,7 +539,7 @@ fn orchestrator_args(
         "--compensation-attempts",
         "10000",
         "--sweep-interval-ms",
-        "200",
+        &sweep,
         "--no-console",
     ]
     .iter()

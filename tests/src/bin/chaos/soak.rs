@@ -272,7 +272,7 @@ async fn contend(
     let channels: Vec<_> = svc
         .orchestrator_addrs()
         .into_iter()
-        .map(|a| channel(a, Duration::from_secs(5)))
+        .map(|a| channel(a, svc.timing.client_timeout))
         .collect();
     let phase = contention::run(plan, seed, &channels, Duration::from_secs(args.settle_secs)).await;
     for (j, (accepted, _)) in phase.orders.iter().enumerate() {
@@ -309,7 +309,7 @@ async fn settle(
     let mut clients: Vec<_> = svc
         .orchestrator_addrs()
         .into_iter()
-        .map(|a| SagaServiceClient::new(channel(a, Duration::from_secs(5))))
+        .map(|a| SagaServiceClient::new(channel(a, svc.timing.client_timeout)))
         .collect();
     let open_statuses = [pb::SagaStatus::Running, pb::SagaStatus::Compensating];
     let mut at = 0;
