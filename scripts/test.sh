@@ -7,7 +7,8 @@
 # conformance suites on both
 # backends, end-to-end scenarios over real gRPC servers on ephemeral ports
 # with real stores in temp dirs, the saga console in headless Chromium, the
-# chaos soak and the load generator's smoke run.
+# chaos soak (two orchestrators on one store, with contention) and the load
+# generator's smoke run.
 #
 # Made to be read in CI: every stage's output is shown in full (nothing is
 # cut with `tail`), a failed chaos or loadgen run prints its kept work dir and
@@ -88,11 +89,12 @@ echo "== cargo test (embedded stores and MongoDB)"
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
 
 stage="chaos soak"
-echo "== chaos soak (short): 200 sagas, SIGKILLs and faults, on both backends"
+echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on both backends"
 cargo build --locked --workspace --bins --quiet
 for backend in embedded mongo; do
     stage="chaos soak ($backend)"
-    run_tool ./target/debug/chaos --sagas 200 --orchestrator-kills 1 --backend "$backend"
+    run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
+        --contention-orders 40 --backend "$backend"
 done
 
 stage="loadgen smoke"

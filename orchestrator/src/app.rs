@@ -4,7 +4,7 @@
 //! the participants recorded for it, retry a FAILED one.
 
 use crate::engine;
-use crate::executor::Executor;
+use crate::executor::{Executor, Slot};
 use crate::hub::SagaHub;
 use crate::saga::{Order, OrderItem, Saga};
 use crate::step::ParticipantRecord;
@@ -195,6 +195,7 @@ impl Orchestrator {
         saga.version = 1;
         saga.lease = Some(self.executor.new_lease());
         saga.client_trace_id = order.trace_id;
+        saga.stamp_history(self.executor.owner());
         // A place among the in-flight sagas is reserved before anything is
         // stored, so a refusal at the cap leaves no trace. (A duplicate of an
         // existing saga needs no place: it is answered from the store.)
@@ -204,12 +205,10 @@ impl Orchestrator {
                 None => Err(AppError::Saturated(self.executor.max_in_flight())),
             };
         };
-        match self.store.create(&saga).await? {
+        // Subscribed before the saga can change, so a waiter misses nothing.
+        let mut watcher = wait_until.map(|_| Watcher::new(self.hub.clone(), &saga.saga_id));
+        match self.insert_and_start(saga.clone(), slot).await? {
             Created::New => {
-                tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
-                metrics::counter!("sagas_started_total").increment(1);
-                let mut watcher = wait_until.map(|_| Watcher::new(self.hub.clone(), &saga.saga_id));
-                self.executor.spawn(saga.clone(), slot);
                 let saga = match (wait_until, watcher.as_mut()) {
                     (Some(deadline), Some(watcher)) => self.wait(saga, watcher, deadline).await,
                     _ => saga,
@@ -219,7 +218,35 @@ impl Orchestrator {
                     created: true,
                 })
             }
-            Created::Existing(existing) => self.duplicate(*existing, &saga, wait_until).await,
+            Created::Existing(existing) => {
+                drop(watcher);
+                self.duplicate(*existing, &saga, wait_until).await
+            }
+        }
+    }
+
+    /// Inserts `saga` and, when it is new, starts driving it — on a task of
+    /// its own, so that both happen whatever becomes of the CreateOrder
+    /// call: a caller that goes away (its deadline passes, it disconnects)
+    /// drops the request's future, and had the insert and the start been
+    /// awaited there, a saga stored but never started would wait for its
+    /// own lease to expire before the recovery sweep picked it up.
+    async fn insert_and_start(&self, saga: Saga, slot: Slot) -> Result<Created, AppError> {
+        let (store, executor) = (self.store.clone(), self.executor.clone());
+        let task = tokio::spawn(async move {
+            let created = store.create(&saga).await?;
+            if created == Created::New {
+                tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
+                metrics::counter!("sagas_started_total").increment(1);
+                executor.spawn(saga, slot);
+            }
+            Ok::<_, StoreError>(created)
+        });
+        match task.await {
+            Ok(created) => Ok(created?),
+            Err(error) => Err(AppError::Store(StoreError::Unavailable(format!(
+                "the task storing the saga failed: {error}"
+            )))),
         }
     }
 
@@ -392,6 +419,7 @@ impl Orchestrator {
             .ok_or(AppError::Saturated(self.executor.max_in_flight()))?;
         saga.version += 1;
         saga.lease = Some(self.executor.new_lease());
+        saga.stamp_history(self.executor.owner());
         self.store.save(&saga).await?;
         tracing::info!(saga_id, "saga resumed by RetrySaga");
         self.executor.spawn(saga.clone(), slot);

@@ -84,9 +84,14 @@ pub struct EngineConfig {
     /// instance resumes its own sagas at once.
     #[arg(long, env = "ORCHESTRATOR_INSTANCE_ID")]
     pub instance_id: Option<String>,
+    /// Longest delay between two attempts of a step, before jitter, in
+    /// milliseconds (jitter can add as much again).
+    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = 2_000)]
+    pub retry_max_delay_ms: u64,
     /// How long a saga lease lasts without renewal, in milliseconds; another
-    /// instance takes the saga over after that. Must exceed the call timeout
-    /// plus the largest retry delay.
+    /// instance takes the saga over after that. Must exceed the longest gap
+    /// between two saves of a driven saga: the connect timeout (2 s) plus
+    /// the call timeout plus twice the largest retry delay (full jitter).
     #[arg(long, env = "LEASE_TTL_MS", default_value_t = 15_000)]
     pub lease_ttl_ms: u64,
     /// How often the recovery sweep looks for sagas to resume, in
@@ -136,8 +141,20 @@ impl EngineConfig {
             action_attempts: self.action_attempts.max(1),
             compensation_attempts: self.compensation_attempts.max(1),
             step_deadline: Duration::from_millis(self.step_deadline_ms),
+            max_delay: Duration::from_millis(self.retry_max_delay_ms.max(1)),
             ..Default::default()
         }
+    }
+
+    /// The longest a healthy owner can go between two saves of a saga it
+    /// drives, leaving out the store's own latency: a backoff sleep (up to
+    /// twice the largest retry delay, with backon's jitter), then a call
+    /// that first waits for its connection and then runs to its deadline.
+    /// A lease must outlast it, or it can expire under a live owner.
+    pub fn longest_gap_between_saves(&self) -> Duration {
+        self.retry_policy().longest_sleep()
+            + crate::PARTICIPANT_CONNECT_TIMEOUT
+            + self.call_timeout()
     }
 
     /// Everything the running orchestrator needs, for an instance serving
@@ -145,12 +162,18 @@ impl EngineConfig {
     pub fn settings(&self, listen: SocketAddr) -> Result<crate::Settings, String> {
         let retry = self.retry_policy();
         let ttl = Duration::from_millis(self.lease_ttl_ms);
-        let longest_gap = self.call_timeout() + retry.max_delay;
+        let longest_gap = self.longest_gap_between_saves();
         if ttl <= longest_gap {
             return Err(format!(
-                "--lease-ttl-ms ({} ms) must exceed the call timeout plus the largest retry delay ({} ms)",
+                "--lease-ttl-ms ({} ms) must exceed the longest gap between two saves of a saga ({} ms: \
+                 connect timeout {} ms + --call-timeout-ms {} ms + 2 × --retry-max-delay-ms {} ms, \
+                 a backoff sleep reaching twice the delay with jitter); a shorter lease can expire \
+                 under a live owner and another instance would take its sagas over",
                 self.lease_ttl_ms,
-                longest_gap.as_millis()
+                longest_gap.as_millis(),
+                crate::PARTICIPANT_CONNECT_TIMEOUT.as_millis(),
+                self.call_timeout_ms,
+                retry.max_delay.as_millis()
             ));
         }
         let owner = self
@@ -245,3 +268,81 @@ fn hostname() -> String {
 
 /// File name of the orchestrator's embedded store inside its data dir.
 pub const DATABASE_FILE: &str = "orchestrator.db";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn engine(flags: &[&str]) -> EngineConfig {
+        let mut argv = vec!["orchestrator"];
+        argv.extend_from_slice(flags);
+        Cli::try_parse_from(argv).expect("flags parse").serve.engine
+    }
+
+    fn listen() -> SocketAddr {
+        "127.0.0.1:50051".parse().expect("addr")
+    }
+
+    #[test]
+    fn the_longest_gap_counts_full_jitter_and_the_connect_timeout() {
+        let e = engine(&["--call-timeout-ms", "500", "--retry-max-delay-ms", "300"]);
+        // 2 000 connect + 500 call + 2 × 300 jittered sleep.
+        assert_eq!(e.longest_gap_between_saves(), Duration::from_millis(3_100));
+        // The defaults: 2 000 + 5 000 + 2 × 2 000.
+        assert_eq!(
+            engine(&[]).longest_gap_between_saves(),
+            Duration::from_millis(11_000)
+        );
+        assert!(
+            engine(&[]).settings(listen()).is_ok(),
+            "the defaults must pass"
+        );
+    }
+
+    #[test]
+    fn a_lease_the_old_check_accepted_but_jitter_or_connecting_can_outlast_is_refused() {
+        // The old check (call + max delay = 5 000 + 2 000) accepted 7 001 ms;
+        // a jittered sleep of up to 4 000 ms plus a 2 000 ms connect wait
+        // before a 5 000 ms call can leave 11 000 ms between two saves.
+        for ttl in ["7001", "10999", "11000"] {
+            let error = engine(&["--lease-ttl-ms", ttl])
+                .settings(listen())
+                .expect_err("a lease shorter than the worst gap must be refused");
+            assert!(error.contains("--lease-ttl-ms"), "{error}");
+            assert!(error.contains("11000 ms"), "{error}");
+            assert!(error.contains("2 × --retry-max-delay-ms"), "{error}");
+        }
+        let settings = engine(&["--lease-ttl-ms", "11001"])
+            .settings(listen())
+            .expect("one millisecond more is enough");
+        assert_eq!(settings.lease.ttl, Duration::from_millis(11_001));
+    }
+
+    #[test]
+    fn the_retry_delay_flag_sets_the_backoff_cap_the_check_uses() {
+        let e = engine(&[
+            "--call-timeout-ms",
+            "500",
+            "--retry-max-delay-ms",
+            "500",
+            "--lease-ttl-ms",
+            "3600",
+        ]);
+        let settings = e.settings(listen()).expect("3 600 > 2 000 + 500 + 1 000");
+        assert_eq!(settings.retry.max_delay, Duration::from_millis(500));
+        assert_eq!(settings.retry.longest_sleep(), Duration::from_millis(1_000));
+        assert!(
+            engine(&[
+                "--call-timeout-ms",
+                "500",
+                "--retry-max-delay-ms",
+                "500",
+                "--lease-ttl-ms",
+                "3500",
+            ])
+            .settings(listen())
+            .is_err()
+        );
+    }
+}

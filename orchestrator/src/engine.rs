@@ -128,6 +128,8 @@ pub fn start(
         from: String::new(),
         to: SagaStatus::Running.as_str().to_owned(),
         detail: "saga created".to_owned(),
+        version: None,
+        by: None,
     });
     begin_next_action(&mut saga, 0, now_ms);
     saga
@@ -294,6 +296,22 @@ pub fn claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
     saga.lease = Some(lease);
 }
 
+/// Records that `owner` gives the saga's lease up at shutdown, so another
+/// instance can continue it at once (the history says who stopped driving
+/// it, and the release is a save of its own, so its version has an entry).
+pub fn release(saga: &mut Saga, owner: &str, now_ms: i64) {
+    let status = saga.status.as_str();
+    push(
+        saga,
+        None,
+        status,
+        status,
+        format!("lease released by {owner} at shutdown"),
+        now_ms,
+    );
+    saga.lease = None;
+}
+
 fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i64) {
     for later in saga.steps.iter_mut().skip(failed + 1) {
         later.status = StepStatus::Skipped;
@@ -378,6 +396,8 @@ fn push(saga: &mut Saga, step: Option<usize>, from: &str, to: &str, detail: Stri
         from: from.to_owned(),
         to: to.to_owned(),
         detail: bounded_text(detail),
+        version: None,
+        by: None,
     });
     if saga.history.len() > HISTORY_KEPT {
         saga.history.remove(HISTORY_HEAD);

@@ -42,7 +42,9 @@ pub struct RetryPolicy {
     pub compensation_attempts: u32,
     /// Shortest backoff delay between attempts.
     pub min_delay: Duration,
-    /// Longest backoff delay between attempts (full jitter: a sleep is uniform below it).
+    /// Longest backoff delay between attempts before jitter: backon's
+    /// jitter adds up to the delay again, so a sleep can last up to twice
+    /// this ([`RetryPolicy::longest_sleep`]).
     pub max_delay: Duration,
     /// A forward step still failing transiently this long after it started
     /// is given up (and compensated), whatever attempts remain.
@@ -62,6 +64,12 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The longest single backoff sleep: `max_delay` plus its full jitter
+    /// (backon adds a uniform share of up to 100% of the capped delay).
+    pub fn longest_sleep(&self) -> Duration {
+        self.max_delay.saturating_mul(2)
+    }
+
     fn backoff(&self) -> backon::ExponentialBackoff {
         ExponentialBuilder::default()
             .with_min_delay(self.min_delay)
@@ -191,6 +199,11 @@ impl Executor {
         &self.definition
     }
 
+    /// This instance's name in leases and in the history it writes.
+    pub fn owner(&self) -> &str {
+        &self.lease.owner
+    }
+
     /// A lease for this instance starting now.
     pub fn new_lease(&self) -> Lease {
         Lease {
@@ -252,6 +265,7 @@ impl Executor {
         let previous = saga.lease.as_ref().map(|l| l.owner.clone());
         engine::claim(&mut saga, self.new_lease(), now_ms());
         saga.version += 1;
+        saga.stamp_history(&self.lease.owner);
         match self.store.save(&saga).await {
             Ok(()) => {
                 if previous.as_deref().is_some_and(|p| p != self.lease.owner) {
@@ -421,6 +435,7 @@ impl Executor {
     /// terminal), waiting out store outages.
     async fn persist(&self, saga: &mut Saga) -> Result<(), DriveError> {
         saga.version += 1;
+        saga.stamp_history(&self.lease.owner);
         saga.lease = if saga.status.is_terminal() {
             None
         } else {
@@ -438,6 +453,10 @@ impl Executor {
                     // hearing back: that is not a conflict.
                     return match self.store.get(&saga.saga_id).await {
                         Ok(Some(stored)) if stored == *saga => Ok(()),
+                        Ok(Some(stored)) => {
+                            self.lost_to(&stored);
+                            Err(DriveError::Superseded)
+                        }
                         _ => Err(DriveError::Superseded),
                     };
                 }
@@ -461,12 +480,41 @@ impl Executor {
     /// At shutdown: gives the lease up (best effort) so another instance can
     /// take the saga over at once instead of after expiry.
     async fn release(&self, mut saga: Saga) -> DriveError {
+        engine::release(&mut saga, &self.lease.owner, now_ms());
         saga.version += 1;
-        saga.lease = None;
-        if let Err(error) = self.store.save(&saga).await {
-            tracing::debug!(%error, "could not release the lease; it expires on its own");
+        saga.stamp_history(&self.lease.owner);
+        match self.store.save(&saga).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict { .. }) => {
+                if let Ok(Some(stored)) = self.store.get(&saga.saga_id).await {
+                    self.lost_to(&stored);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "could not release the lease; it expires on its own")
+            }
         }
         DriveError::ShuttingDown
+    }
+
+    /// Counts a takeover of a live owner: this instance was still driving
+    /// the saga (it had just called a participant or was about to save)
+    /// when its versioned write found that another instance had written the
+    /// saga — which, for a saga this process drives, only a claim after the
+    /// lease expired does. The lease ran out under a live owner: the TTL is
+    /// too short for the call timeout, the retry sleeps, the store's
+    /// latency or a pause of this process. Counted here, by the loser,
+    /// because only the previous owner knows it was alive; a crashed owner
+    /// never writes again and is never counted.
+    fn lost_to(&self, stored: &Saga) {
+        metrics::counter!("saga_lease_takeovers_of_live_owner_total").increment(1);
+        tracing::warn!(
+            saga_id = %stored.saga_id,
+            new_owner = stored.lease_owner().unwrap_or("none (terminal or released)"),
+            stored_version = stored.version,
+            "another instance took this saga over while this instance was still driving it; \
+             the lease TTL is too short for how long a step takes here"
+        );
     }
 }
 
@@ -495,5 +543,31 @@ fn count_and_log(outcome: &Outcome) {
             metrics::counter!("saga_failed_total").increment(1);
             tracing::error!(%error, "compensation budget spent; saga FAILED and needs attention")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backoff_sleep_can_exceed_the_max_delay_but_stays_below_twice_it() {
+        let policy = RetryPolicy {
+            min_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(40),
+            ..RetryPolicy::default()
+        };
+        let mut backoff = policy.backoff();
+        let sleeps: Vec<Duration> = (0..2_000).filter_map(|_| backoff.next()).collect();
+        assert_eq!(sleeps.len(), 2_000, "the backoff never ends by itself");
+        assert!(
+            sleeps.iter().all(|d| *d < policy.longest_sleep()),
+            "a sleep reached twice the max delay: {:?}",
+            sleeps.iter().max()
+        );
+        // This is why the lease check counts 2 × max_delay: with jitter a
+        // sleep regularly lasts longer than max_delay itself.
+        let over = sleeps.iter().filter(|d| **d > policy.max_delay).count();
+        assert!(over > 100, "only {over} of 2000 sleeps exceeded max_delay");
     }
 }

@@ -226,6 +226,12 @@ pub async fn open_saga_store(
     })
 }
 
+/// How long a participant call may wait for its connection before the call
+/// itself starts (a lazily connecting channel connects on first use and
+/// after the participant went away). It comes on top of the call timeout,
+/// so the start-up check of the lease TTL counts it.
+pub const PARTICIPANT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A lazily connecting channel to a participant: the orchestrator starts
 /// even when a participant is down, and calls to it fail (and are retried)
 /// until it is up.
@@ -234,7 +240,7 @@ pub fn participant_channel(
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     Ok(tonic::transport::Endpoint::from_shared(addr.to_owned())?
         .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(2))
+        .connect_timeout(PARTICIPANT_CONNECT_TIMEOUT)
         .connect_lazy())
 }
 
@@ -246,6 +252,6 @@ pub fn participant_channel_with(
 ) -> Result<tonic::transport::Channel, service_kit::tls::TlsError> {
     Ok(service_kit::tls::client_endpoint(addr, tls)?
         .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(2))
+        .connect_timeout(PARTICIPANT_CONNECT_TIMEOUT)
         .connect_lazy())
 }

@@ -165,6 +165,15 @@ pub struct Transition {
     pub to: String,
     /// Why (a reason, an error).
     pub detail: String,
+    /// The saga version whose save wrote this entry (see
+    /// [`Saga::stamp_history`]); absent in sagas stored before it was kept.
+    /// A saga's entries read in order carry 1, …, `version` with no number
+    /// missing or out of order: its history is one linear sequence of saves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    /// The orchestrator instance (lease owner) that wrote this entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// Most transitions a saga keeps (see [`Saga::history`]).
@@ -278,6 +287,23 @@ impl Saga {
             i64::MAX
         } else {
             self.lease_until_ms()
+        }
+    }
+
+    /// Marks the history entries added since the last save as written by
+    /// `writer` at the saga's current `version`: called right before each
+    /// store write, after the version was incremented. Together with the
+    /// versioned writes this makes the stored history auditable: versions
+    /// 1..=`version` in order, each written by one instance, ownership
+    /// moving only with a claim.
+    pub fn stamp_history(&mut self, writer: &str) {
+        let version = self.version;
+        for t in self.history.iter_mut().rev() {
+            if t.version.is_some() {
+                break;
+            }
+            t.version = Some(version);
+            t.by = Some(writer.to_owned());
         }
     }
 

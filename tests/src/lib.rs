@@ -377,8 +377,22 @@ pub async fn serve_orchestrator_with_console(
     listener: tokio::net::TcpListener,
     console: Option<tokio::net::TcpListener>,
 ) -> Running {
-    let addr = listener.local_addr().expect("local addr");
     let store = storage.into().sagas().await;
+    serve_orchestrator_on(store, definition, settings, options, listener, console)
+}
+
+/// Starts the orchestrator on any saga store (tests wrap the real one to
+/// slow it down or make it fail precisely), served as `options` say, with
+/// the console on `console` when given.
+pub fn serve_orchestrator_on(
+    store: Arc<dyn orchestrator::store::SagaStore>,
+    definition: Arc<SagaDefinition>,
+    settings: orchestrator::Settings,
+    options: service_kit::server::ServeOptions,
+    listener: tokio::net::TcpListener,
+    console: Option<tokio::net::TcpListener>,
+) -> Running {
+    let addr = listener.local_addr().expect("local addr");
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -333,3 +333,51 @@ fn the_history_stays_bounded_however_often_a_step_is_retried() {
     let back: Saga = serde_json::from_str(&json).expect("decode");
     assert_eq!(back, s);
 }
+
+#[test]
+fn each_save_stamps_only_the_entries_it_added_with_its_version_and_writer() {
+    let mut s = saga();
+    s.version = 1;
+    s.stamp_history("a");
+    let created = s.history.len();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    s.version = 2;
+    s.stamp_history("a");
+    s.lease = Some(Lease {
+        owner: "a".into(),
+        until_ms: 2,
+    });
+    claim(
+        &mut s,
+        Lease {
+            owner: "b".into(),
+            until_ms: 10,
+        },
+        3,
+    );
+    s.version = 3;
+    s.stamp_history("b");
+    release(&mut s, "b", 4);
+    s.version = 4;
+    s.stamp_history("b");
+    s.stamp_history("c"); // nothing new: nothing restamped
+    let stamps: Vec<(u64, &str)> = s
+        .history
+        .iter()
+        .map(|t| (t.version.unwrap(), t.by.as_deref().unwrap()))
+        .collect();
+    assert!(stamps[..created].iter().all(|st| *st == (1, "a")));
+    assert!(stamps[created..].windows(2).all(|w| w[0].0 <= w[1].0));
+    assert_eq!(stamps.last(), Some(&(4, "b")));
+    assert_eq!(stamps[stamps.len() - 2], (3, "b"));
+    assert!(
+        s.history[stamps.len() - 2]
+            .detail
+            .starts_with("taken over by b")
+    );
+    assert_eq!(
+        s.history.last().unwrap().detail,
+        "lease released by b at shutdown"
+    );
+    assert_eq!(s.lease, None);
+}

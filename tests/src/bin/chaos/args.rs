@@ -26,7 +26,15 @@ pub struct Args {
     /// Concurrent CreateOrder workers.
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
-    /// Times the orchestrator is SIGKILLed (and restarted) during the drive.
+    /// Orchestrator processes sharing one saga store, each with its own
+    /// `--instance-id`; CreateOrder calls (and their duplicates) are spread
+    /// over all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub orchestrators: u32,
+    /// Times an orchestrator is SIGKILLed (and restarted) during the drive,
+    /// counted across instances. With several instances the first kill
+    /// keeps its victim down until other instances took over every saga it
+    /// was driving (longer than the lease TTL).
     #[arg(long, default_value_t = 2)]
     pub orchestrator_kills: u32,
     /// Times each participant is SIGKILLed (and restarted) during the drive.
@@ -56,10 +64,20 @@ pub struct Args {
     /// Share of orders after which an already-accepted order is sent again.
     #[arg(long, default_value_t = 0.05)]
     pub duplicate_rate: f64,
+    /// Orders of the contention phase (0: none): after the drive, half of
+    /// them race for the last units of one product, half for the last
+    /// cents of one customer, sent at once across every instance.
+    #[arg(long, default_value_t = 40)]
+    pub contention_orders: usize,
     /// Directory for data and logs (default: a fresh temp dir, removed when
     /// every check passed, kept and printed otherwise).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// Audit the stores of a kept run (`--work-dir` of an earlier run, which
+    /// holds its `chaos-run.json`) without running anything; the exit code
+    /// says whether every store check passed.
+    #[arg(long, requires = "work_dir")]
+    pub audit_only: bool,
     /// Keep the work dir even when every check passed.
     #[arg(long)]
     pub keep_work_dir: bool,

@@ -1,16 +1,25 @@
 //! The invariants of a soak, checked on the stopped stores ([`Snapshot`])
-//! against what was seeded and what was ordered: every saga terminal and
-//! not FAILED, every COMPLETED order charged and deducted exactly once,
-//! every CANCELLED order netting to zero, money and stock moved by exactly
-//! the COMPLETED orders, and no effect outside this run's sagas.
+//! against the run's [`Manifest`] (what was seeded, ordered, killed): every
+//! saga terminal and not FAILED, one saga per request id, every COMPLETED
+//! order charged and deducted exactly once and every CANCELLED one netting
+//! to zero — counted over *every* operationHistory row, so a second row for
+//! one step is a second effect, never hidden behind a key —, money and
+//! stock moved by exactly the COMPLETED orders and never negative in any
+//! row, no effect outside the run's sagas, each saga's history one linear
+//! sequence of versions whose writer changes only with a claim, the killed
+//! instances' sagas finished (by takeover where the victim stayed down),
+//! and the contention races won by exactly as many orders as stock and
+//! money allow.
+//!
+//! Everything here reads the stores and the manifest only, so
+//! `--audit-only` runs the same checks on a kept run.
 
-use crate::drive::{Initial, OrderSpec};
+use crate::contention::Race;
+use crate::drive::{Accepted, OrderSpec};
+use crate::manifest::Manifest;
 use crate::snapshot::{DeductLine, Op, Snapshot};
-use orchestrator::saga::{Saga, SagaStatus, StepStatus};
+use orchestrator::saga::{HISTORY_HEAD, Saga, SagaStatus, StepStatus};
 use std::collections::{BTreeMap, HashMap};
-
-/// Accepted orders: index → (spec, saga id).
-type Orders = BTreeMap<usize, (OrderSpec, String)>;
 
 /// One checked invariant: its name and the offending cases (empty = pass).
 #[derive(Debug)]
@@ -19,7 +28,16 @@ pub struct Finding {
     pub problems: Vec<String>,
 }
 
-/// Figures the audit derives from the saga documents.
+impl Finding {
+    fn new(name: impl Into<String>, problems: Vec<String>) -> Finding {
+        Finding {
+            name: name.into(),
+            problems,
+        }
+    }
+}
+
+/// Figures the audit derives from the stores.
 #[derive(Debug, Default)]
 pub struct Figures {
     pub completed: usize,
@@ -34,26 +52,63 @@ pub struct Figures {
     pub sagas_with_retries: usize,
     /// Saga durations (updated − created), ms, terminal sagas only.
     pub durations_ms: Vec<i64>,
+    /// "taken over by" entries in the sagas' histories.
+    pub takeovers: usize,
+    /// Claims of an instance's own sagas after its restart.
+    pub own_resumes: usize,
+    /// operationHistory rows read (payment, inventory).
+    pub op_rows: (usize, usize),
+    /// Sagas each instance wrote at least one version of.
+    pub sagas_per_writer: BTreeMap<String, usize>,
 }
 
-/// How the run's operations look in the participants' history.
+/// The history entry of a claim: another instance took the saga over after
+/// its lease expired (`taken over by X: the lease of Y expired at T`).
+const TAKEN_OVER: &str = "taken over by ";
+
+/// Every operationHistory row of one saga step (its request id).
+#[derive(Default)]
 struct Effect {
-    charge: Option<Op>,
-    refund: Option<Op>,
-    deduct: Option<Op>,
-    restock: Option<Op>,
+    charges: Vec<Op>,
+    refunds: Vec<Op>,
+    deducts: Vec<Op>,
+    restocks: Vec<Op>,
     lines: Vec<DeductLine>,
 }
 
+fn count(ops: &[Op], status: &str) -> usize {
+    ops.iter().filter(|o| o.status == status).count()
+}
+
 impl Effect {
-    fn charged(&self) -> bool {
-        self.charge.as_ref().is_some_and(|c| c.status == "applied")
-            && self.refund.as_ref().is_none_or(|r| r.status != "undone")
+    /// The rows of saga `saga_id`'s two steps.
+    fn of(rows: &RowsByRequest, saga_id: &str) -> Effect {
+        let pay = format!("{saga_id}:payment");
+        let inv = format!("{saga_id}:inventory");
+        let get = |rid: &str, kind: &str| -> Vec<Op> {
+            rows.ops
+                .get(rid)
+                .map(|ops| ops.iter().filter(|o| o.kind == kind).cloned().collect())
+                .unwrap_or_default()
+        };
+        let mut lines = rows.lines.get(&inv).cloned().unwrap_or_default();
+        lines.sort_by_key(|l| l.line_index);
+        Effect {
+            charges: get(&pay, "charge"),
+            refunds: get(&pay, "refund"),
+            deducts: get(&inv, "deduct"),
+            restocks: get(&inv, "restock"),
+            lines,
+        }
     }
 
-    fn deducted(&self) -> bool {
-        self.deduct.as_ref().is_some_and(|d| d.status == "applied")
-            && self.restock.as_ref().is_none_or(|r| r.status != "undone")
+    /// Effective charges: applied ones not undone by a refund.
+    fn net_charges(&self) -> i64 {
+        count(&self.charges, "applied") as i64 - count(&self.refunds, "undone") as i64
+    }
+
+    fn net_deducts(&self) -> i64 {
+        count(&self.deducts, "applied") as i64 - count(&self.restocks, "undone") as i64
     }
 
     fn lines_deducted(&self) -> usize {
@@ -61,16 +116,22 @@ impl Effect {
     }
 
     fn describe(&self) -> String {
-        let op = |o: &Option<Op>| {
-            o.as_ref()
-                .map_or("-".to_owned(), |o| format!("{}({})", o.status, o.amount))
+        let ops = |o: &[Op]| {
+            if o.is_empty() {
+                "-".to_owned()
+            } else {
+                o.iter()
+                    .map(|o| format!("{}({})", o.status, o.amount))
+                    .collect::<Vec<_>>()
+                    .join("+")
+            }
         };
         format!(
             "charge={} refund={} deduct={} restock={} lines=[{}]",
-            op(&self.charge),
-            op(&self.refund),
-            op(&self.deduct),
-            op(&self.restock),
+            ops(&self.charges),
+            ops(&self.refunds),
+            ops(&self.deducts),
+            ops(&self.restocks),
             self.lines
                 .iter()
                 .map(|l| format!(
@@ -81,41 +142,31 @@ impl Effect {
                 .join(",")
         )
     }
-}
-
-impl Effect {
-    /// The history records of saga `saga_id`'s two steps.
-    fn of(snap: &Snapshot, saga_id: &str) -> Effect {
-        let pay = format!("{saga_id}:payment");
-        let inv = format!("{saga_id}:inventory");
-        let get = |m: &HashMap<(String, String), Op>, rid: &str, kind: &str| {
-            m.get(&(rid.to_owned(), kind.to_owned())).cloned()
-        };
-        let mut lines = snap.deduct_lines.get(&inv).cloned().unwrap_or_default();
-        lines.sort_by_key(|l| l.line_index);
-        Effect {
-            charge: get(&snap.payment_ops, &pay, "charge"),
-            refund: get(&snap.payment_ops, &pay, "refund"),
-            deduct: get(&snap.inventory_ops, &inv, "deduct"),
-            restock: get(&snap.inventory_ops, &inv, "restock"),
-            lines,
-        }
-    }
 
     /// What is wrong with it for a COMPLETED `spec` (empty: nothing).
     fn completed_problems(&self, spec: &OrderSpec) -> Vec<&'static str> {
         let mut bad = Vec::new();
-        if !self.charged() {
-            bad.push("no effective charge");
+        match count(&self.charges, "applied") {
+            0 => bad.push("no applied charge"),
+            1 => {}
+            _ => bad.push("more than one applied charge"),
+        }
+        if self.net_charges() != 1 {
+            bad.push("not exactly one effective charge");
         } else if self
-            .charge
-            .as_ref()
-            .is_some_and(|c| c.amount != spec.total_cents || c.subject != spec.customer_id)
+            .charges
+            .iter()
+            .any(|c| c.amount != spec.total_cents || c.subject != spec.customer_id)
         {
             bad.push("charge amount/customer differs from the order");
         }
-        if !self.deducted() {
-            bad.push("no effective deduction");
+        match count(&self.deducts, "applied") {
+            0 => bad.push("no applied deduction"),
+            1 => {}
+            _ => bad.push("more than one applied deduction"),
+        }
+        if self.net_deducts() != 1 {
+            bad.push("not exactly one effective deduction");
         }
         let lines_ok = self.lines.len() == spec.items.len()
             && self.lines_deducted() == spec.items.len()
@@ -129,17 +180,69 @@ impl Effect {
         }
         bad
     }
+
+    /// Whether a CANCELLED order left an effect behind.
+    fn leaves_effect(&self) -> bool {
+        self.net_charges() != 0 || self.net_deducts() != 0 || self.lines_deducted() > 0
+    }
+}
+
+/// Every operationHistory row and deducted line grouped by request id (a
+/// grouping that keeps every row; nothing is keyed away).
+#[derive(Default)]
+struct RowsByRequest {
+    ops: HashMap<String, Vec<Op>>,
+    lines: HashMap<String, Vec<DeductLine>>,
+}
+
+impl RowsByRequest {
+    fn of(snap: &Snapshot) -> RowsByRequest {
+        let mut rows = RowsByRequest::default();
+        for op in snap.payment_ops.iter().chain(&snap.inventory_ops) {
+            rows.ops
+                .entry(op.request_id.clone())
+                .or_default()
+                .push(op.clone());
+        }
+        rows.lines = snap.deduct_lines.clone();
+        rows
+    }
 }
 
 /// Checks every invariant; returns the findings (one per invariant) and
 /// the figures.
-pub fn check(snap: &Snapshot, orders: &Orders, initial: &Initial) -> (Vec<Finding>, Figures) {
+pub fn check(snap: &Snapshot, run: &Manifest) -> (Vec<Finding>, Figures) {
+    let orders = &run.orders;
     let by_id: HashMap<&str, &Saga> = snap.sagas.iter().map(|s| (s.saga_id.as_str(), s)).collect();
-    let settled = Settlement::of(snap, orders, &by_id);
-    let findings = vec![
+    let rows = RowsByRequest::of(snap);
+    let settled = Settlement::of(orders, &by_id, &rows);
+    let balances = totals(&snap.balances);
+    let stock = totals(&snap.stock);
+    let several = run.instances.len() > 1;
+    let mut findings = vec![
         Finding::new(
             "every saga COMPLETED or CANCELLED in the store (none FAILED, none missing)",
             terminal(snap, orders),
+        ),
+        Finding::new(
+            format!(
+                "one saga per request id ({} orders, duplicates sent across {} instance(s))",
+                orders.len(),
+                run.instances.len()
+            ),
+            one_saga_per_request(snap),
+        ),
+        Finding::new(
+            format!(
+                "every operationHistory row counted ({} payment + {} inventory rows): no (request id, kind) recorded twice",
+                snap.payment_ops.len(),
+                snap.inventory_ops.len()
+            ),
+            repeated_keys(snap),
+        ),
+        Finding::new(
+            "no second effective charge or deduct (or deducted line) for one step",
+            second_effects(&rows),
         ),
         Finding::new(
             "every COMPLETED order: exactly one effective charge and one effective deduction",
@@ -149,8 +252,8 @@ pub fn check(snap: &Snapshot, orders: &Orders, initial: &Initial) -> (Vec<Findin
         Finding::new(
             "money: initial − final balance = Σ COMPLETED totals, per customer",
             moved(
-                &initial.balances,
-                &snap.balances,
+                &run.initial.balances,
+                &balances,
                 &settled.spent,
                 |n| format!("COMPLETED orders total {n}"),
                 "account missing",
@@ -159,34 +262,85 @@ pub fn check(snap: &Snapshot, orders: &Orders, initial: &Initial) -> (Vec<Findin
         Finding::new(
             "stock: initial − final = Σ COMPLETED quantities, per product",
             moved(
-                &initial.stock,
-                &snap.stock,
+                &run.initial.stock,
+                &stock,
                 &settled.taken,
                 |n| format!("COMPLETED orders hold {n} units"),
                 "product missing",
             ),
         ),
         Finding::new(
-            "no charge/refund/deduct/restock outside this run's sagas",
+            "balances and stock never negative in any stored row (one row per account and product)",
+            negatives(snap),
+        ),
+        Finding::new(
+            "every participant effect belongs to a saga of this run (no orphan charge/refund/deduct/restock/line)",
             orphans(snap, &by_id),
         ),
+        Finding::new(
+            "each saga's history is one linear sequence of versions 1..=version (no version twice, no gap)",
+            snap.sagas.iter().filter_map(linear_versions).collect(),
+        ),
+        Finding::new(
+            "no saga advanced by two instances: each version written by one instance, the writer changing only with a claim",
+            snap.sagas.iter().filter_map(single_writer).collect(),
+        ),
+        Finding::new(
+            format!(
+                "every saga an orchestrator held when SIGKILLed reached a terminal state ({} sagas over {} kill(s))",
+                run.kills.iter().map(|k| k.in_flight.len()).sum::<usize>(),
+                run.kills.len()
+            ),
+            victims_terminal(run, &by_id),
+        ),
     ];
-    (findings, figures(snap))
-}
-
-impl Finding {
-    fn new(name: &str, problems: Vec<String>) -> Finding {
-        Finding {
-            name: name.to_owned(),
+    let figures = figures(snap);
+    if several && !run.kills.is_empty() {
+        findings.push(Finding::new(
+            format!(
+                "lease takeovers happened (counted in the stored histories: {})",
+                figures.takeovers
+            ),
+            if figures.takeovers > 0 {
+                Vec::new()
+            } else {
+                vec!["no saga history holds a takeover".to_owned()]
+            },
+        ));
+        let (problems, taken, landed) = taken_over_before_return(run, &by_id);
+        findings.push(Finding::new(
+            format!(
+                "a SIGKILLed instance's sagas were taken over by other instances before it returned ({taken} taken over, {landed} finished by a write it sent before dying)"
+            ),
             problems,
+        ));
+    }
+    if let Some(contention) = &run.contention {
+        for race in [Race::Stock, Race::Money] {
+            let (name, problems) = race_result(run, contention, race, &by_id, &balances, &stock);
+            findings.push(Finding::new(name, problems));
         }
     }
+    (findings, figures)
 }
 
-/// Outcome counts, retries, compensations and durations of the stored
-/// sagas.
+/// Sum of rows per key (a duplicated row counts twice: the negative-row
+/// check names it).
+fn totals(rows: &[(String, i64)]) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for (k, v) in rows {
+        *out.entry(k.clone()).or_insert(0) += v;
+    }
+    out
+}
+
+/// Outcome counts, retries, compensations, durations and ownership moves
+/// of the stored sagas.
 fn figures(snap: &Snapshot) -> Figures {
-    let mut figures = Figures::default();
+    let mut figures = Figures {
+        op_rows: (snap.payment_ops.len(), snap.inventory_ops.len()),
+        ..Figures::default()
+    };
     for s in &snap.sagas {
         match s.status {
             SagaStatus::Completed => figures.completed += 1,
@@ -210,20 +364,37 @@ fn figures(snap: &Snapshot) -> Figures {
         if s.status.is_terminal() {
             figures.durations_ms.push(s.updated_at_ms - s.created_at_ms);
         }
+        figures.takeovers += s
+            .history
+            .iter()
+            .filter(|t| t.detail.starts_with(TAKEN_OVER))
+            .count();
+        figures.own_resumes += s
+            .history
+            .iter()
+            .filter(|t| t.detail.starts_with("resumed by ") && t.detail.contains("its own lease"))
+            .count();
+        let mut writers: Vec<&str> = s.history.iter().filter_map(|t| t.by.as_deref()).collect();
+        writers.sort_unstable();
+        writers.dedup();
+        for w in writers {
+            *figures.sagas_per_writer.entry(w.to_owned()).or_default() += 1;
+        }
     }
     figures
 }
 
 /// Every order the tool created has its saga, terminal and not FAILED,
 /// holding the order that was sent; and the store holds no other saga.
-fn terminal(snap: &Snapshot, orders: &Orders) -> Vec<String> {
+fn terminal(snap: &Snapshot, orders: &BTreeMap<usize, Accepted>) -> Vec<String> {
     let by_request: HashMap<&str, &Saga> = snap
         .sagas
         .iter()
         .map(|s| (s.request_id.as_str(), s))
         .collect();
     let mut problems = Vec::new();
-    for (spec, saga_id) in orders.values() {
+    for a in orders.values() {
+        let (spec, saga_id) = (&a.spec, &a.saga_id);
         match by_request.get(spec.request_id.as_str()) {
             None => problems.push(format!("{}: no saga in the store", spec.request_id)),
             Some(s) if s.saga_id != *saga_id => problems.push(format!(
@@ -257,6 +428,28 @@ fn terminal(snap: &Snapshot, orders: &Orders) -> Vec<String> {
     problems
 }
 
+/// No request id has two sagas in the store.
+fn one_saga_per_request(snap: &Snapshot) -> Vec<String> {
+    let mut by_request: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for s in &snap.sagas {
+        by_request
+            .entry(s.request_id.as_str())
+            .or_default()
+            .push(s.saga_id.as_str());
+    }
+    by_request
+        .into_iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|(rid, ids)| {
+            format!(
+                "request id {rid} has {} sagas: {}",
+                ids.len(),
+                ids.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// Whether the stored saga holds the order that was sent.
 fn same_order(s: &Saga, spec: &OrderSpec) -> bool {
     let o = &s.order;
@@ -266,6 +459,67 @@ fn same_order(s: &Saga, spec: &OrderSpec) -> bool {
         && o.items.iter().zip(&spec.items).all(|(a, (p, q, c))| {
             a.product_id == *p && a.quantity == *q && a.unit_price_cents == *c
         })
+}
+
+/// (request id, kind) keys held by more than one row, per participant.
+fn repeated_keys(snap: &Snapshot) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (who, ops) in [
+        ("payment-svc", &snap.payment_ops),
+        ("inventory-svc", &snap.inventory_ops),
+    ] {
+        let mut seen: BTreeMap<(&str, &str), Vec<&Op>> = BTreeMap::new();
+        for op in ops {
+            seen.entry((op.request_id.as_str(), op.kind.as_str()))
+                .or_default()
+                .push(op);
+        }
+        for ((rid, kind), rows) in seen.into_iter().filter(|(_, r)| r.len() > 1) {
+            problems.push(format!(
+                "{who}: {} operationHistory rows for ({rid}, {kind}): {}",
+                rows.len(),
+                rows.iter()
+                    .map(|o| format!("{}({})", o.status, o.amount))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    problems
+}
+
+/// A step request id with more than one applied charge or deduct, or a
+/// deducted line recorded twice.
+fn second_effects(rows: &RowsByRequest) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut ids: Vec<&String> = rows.ops.keys().collect();
+    ids.sort();
+    for rid in ids {
+        let ops = &rows.ops[rid];
+        for kind in ["charge", "deduct"] {
+            let applied = ops
+                .iter()
+                .filter(|o| o.kind == kind && o.status == "applied")
+                .count();
+            if applied > 1 {
+                problems.push(format!(
+                    "{rid}: second effective {kind} ({applied} applied {kind} rows)"
+                ));
+            }
+        }
+    }
+    let mut lines: Vec<(&String, &Vec<DeductLine>)> = rows.lines.iter().collect();
+    lines.sort_by_key(|(rid, _)| *rid);
+    for (rid, lines) in lines {
+        let mut per_index: BTreeMap<i64, usize> = BTreeMap::new();
+        for l in lines {
+            *per_index.entry(l.line_index).or_default() += 1;
+        }
+        for (index, n) in per_index.into_iter().filter(|(_, n)| *n > 1) {
+            problems.push(format!("{rid}: line {index} recorded {n} times"));
+        }
+    }
+    problems
 }
 
 /// What the terminal sagas did to the participants.
@@ -281,18 +535,23 @@ struct Settlement {
 }
 
 impl Settlement {
-    fn of(snap: &Snapshot, orders: &Orders, by_id: &HashMap<&str, &Saga>) -> Settlement {
+    fn of(
+        orders: &BTreeMap<usize, Accepted>,
+        by_id: &HashMap<&str, &Saga>,
+        rows: &RowsByRequest,
+    ) -> Settlement {
         let mut out = Settlement {
             completed: Vec::new(),
             cancelled: Vec::new(),
             spent: BTreeMap::new(),
             taken: BTreeMap::new(),
         };
-        for (spec, saga_id) in orders.values() {
+        for a in orders.values() {
+            let (spec, saga_id) = (&a.spec, &a.saga_id);
             let Some(s) = by_id.get(saga_id.as_str()) else {
                 continue;
             };
-            let fx = Effect::of(snap, saga_id);
+            let fx = Effect::of(rows, saga_id);
             match s.status {
                 SagaStatus::Completed => {
                     let bad = fx.completed_problems(spec);
@@ -310,9 +569,7 @@ impl Settlement {
                         *out.taken.entry(p.clone()).or_default() += q;
                     }
                 }
-                SagaStatus::Cancelled
-                    if fx.charged() || fx.deducted() || fx.lines_deducted() > 0 =>
-                {
+                SagaStatus::Cancelled if fx.leaves_effect() => {
                     out.cancelled.push(format!(
                         "saga {saga_id} ({}): does not net to zero; {}\n{}",
                         spec.request_id,
@@ -352,27 +609,376 @@ fn moved(
     problems
 }
 
-/// Saga-step operations that belong to no saga of this run.
+/// Negative balances, stock, amounts or line quantities in any row, and
+/// accounts or products stored twice.
+fn negatives(snap: &Snapshot) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (what, rows) in [("balance of", &snap.balances), ("stock of", &snap.stock)] {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for (key, value) in rows {
+            *seen.entry(key.as_str()).or_default() += 1;
+            if *value < 0 {
+                problems.push(format!("negative {what} {key}: {value}"));
+            }
+        }
+        for (key, n) in seen.into_iter().filter(|(_, n)| *n > 1) {
+            problems.push(format!("{what} {key} stored in {n} rows"));
+        }
+    }
+    for op in snap.payment_ops.iter().chain(&snap.inventory_ops) {
+        if op.amount < 0 {
+            problems.push(format!(
+                "negative amount in operationHistory {} {}: {}",
+                op.kind, op.request_id, op.amount
+            ));
+        }
+    }
+    for (rid, lines) in &snap.deduct_lines {
+        for l in lines.iter().filter(|l| l.quantity <= 0) {
+            problems.push(format!(
+                "deducted line {rid}#{} has quantity {}",
+                l.line_index, l.quantity
+            ));
+        }
+    }
+    problems
+}
+
+/// Saga-step operations and deducted lines whose request id belongs to no
+/// saga of this run.
 fn orphans(snap: &Snapshot, by_id: &HashMap<&str, &Saga>) -> Vec<String> {
     let mut problems = Vec::new();
+    let owner = |rid: &str, suffix: &str| {
+        rid.strip_suffix(suffix)
+            .is_some_and(|id| by_id.contains_key(id))
+    };
     for (ops, suffix) in [
         (&snap.payment_ops, ":payment"),
         (&snap.inventory_ops, ":inventory"),
     ] {
-        for op in ops.values() {
+        for op in ops {
             if matches!(op.kind.as_str(), "deposit" | "add_stock") {
                 continue;
             }
-            let owner = op.request_id.strip_suffix(suffix);
-            if !owner.is_some_and(|id| by_id.contains_key(id)) {
+            if !owner(&op.request_id, suffix) {
                 problems.push(format!(
-                    "{} {} {} ({})",
+                    "{} {} {} ({}): its request id belongs to no saga",
                     op.kind, op.request_id, op.status, op.subject
                 ));
             }
         }
     }
+    let mut rids: Vec<&String> = snap.deduct_lines.keys().collect();
+    rids.sort();
+    for rid in rids {
+        if !owner(rid, ":inventory") {
+            problems.push(format!(
+                "deducted lines under {rid}: the request id belongs to no saga"
+            ));
+        }
+    }
     problems
+}
+
+/// What is wrong with `s`'s history as a sequence of saves: every entry
+/// stamped, versions never decreasing, starting at 1, every version up to
+/// the saga's present, none after it (but for the middle a long history
+/// omits: `Saga::history_omitted`).
+fn linear_versions(s: &Saga) -> Option<String> {
+    let versions: Vec<Option<u64>> = s.history.iter().map(|t| t.version).collect();
+    if let Some(i) = versions.iter().position(Option::is_none) {
+        return Some(format!(
+            "saga {}: history entry {i} ({:?}) carries no version",
+            s.saga_id, s.history[i].detail
+        ));
+    }
+    let versions: Vec<u64> = versions.into_iter().flatten().collect();
+    if versions.first() != Some(&1) {
+        return Some(format!(
+            "saga {}: history starts at version {:?}, not 1",
+            s.saga_id,
+            versions.first()
+        ));
+    }
+    for (i, w) in versions.windows(2).enumerate() {
+        if w[1] < w[0] {
+            return Some(format!(
+                "saga {}: version {} after version {} (entry {}): a version written twice",
+                s.saga_id,
+                w[1],
+                w[0],
+                i + 1
+            ));
+        }
+        // A long history keeps its first entries and its latest: the
+        // versions of the omitted middle are missing by design.
+        let omitted_here = s.history_omitted > 0 && i + 1 == HISTORY_HEAD;
+        if w[1] > w[0] + 1 && !omitted_here {
+            return Some(format!(
+                "saga {}: versions {} to {} missing from the history (a save left no entry)",
+                s.saga_id,
+                w[0] + 1,
+                w[1] - 1
+            ));
+        }
+    }
+    let last = versions.last().copied().unwrap_or(0);
+    (last != s.version).then(|| {
+        format!(
+            "saga {}: stored version {} but the history ends at version {last}",
+            s.saga_id, s.version
+        )
+    })
+}
+
+/// What is wrong with who wrote `s`'s versions: each version by one
+/// instance, and a version by another instance than the previous one only
+/// when it begins with that instance's claim (a takeover, a claim of a
+/// released lease, a resume) or a RetrySaga.
+fn single_writer(s: &Saga) -> Option<String> {
+    let mut current: Option<(&str, u64)> = None;
+    for (i, t) in s.history.iter().enumerate() {
+        if s.history_omitted > 0 && i == HISTORY_HEAD {
+            // The claim that changed the writer may be in the omitted middle.
+            current = None;
+        }
+        let (Some(by), Some(v)) = (t.by.as_deref(), t.version) else {
+            return Some(format!(
+                "saga {}: history entry {:?} names no writer",
+                s.saga_id, t.detail
+            ));
+        };
+        match current {
+            Some((writer, version)) if version == v && writer != by => {
+                return Some(format!(
+                    "saga {}: version {v} written by both {writer} and {by}",
+                    s.saga_id
+                ));
+            }
+            Some((writer, version)) if version != v && writer != by => {
+                let claim = t.detail.starts_with(&format!("{TAKEN_OVER}{by}:"))
+                    || t.detail.starts_with(&format!("claimed by {by} "))
+                    || t.detail.starts_with(&format!("resumed by {by} "))
+                    || t.detail == "resumed by RetrySaga";
+                if !claim {
+                    return Some(format!(
+                        "saga {}: version {v} written by {by} after {writer} without a claim ({:?})\n{}",
+                        s.saga_id,
+                        t.detail,
+                        history(s)
+                    ));
+                }
+            }
+            _ => {}
+        }
+        current = Some((by, v));
+    }
+    None
+}
+
+/// Every saga a victim held when it was SIGKILLed is terminal now.
+fn victims_terminal(run: &Manifest, by_id: &HashMap<&str, &Saga>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for kill in &run.kills {
+        for id in &kill.in_flight {
+            match by_id.get(id.as_str()) {
+                None => problems.push(format!(
+                    "kill #{} of {}: saga {id} is not in the store",
+                    kill.number, kill.instance
+                )),
+                Some(s) if !matches!(s.status, SagaStatus::Completed | SagaStatus::Cancelled) => {
+                    problems.push(format!(
+                        "kill #{} of {}: saga {id} is {}",
+                        kill.number,
+                        kill.instance,
+                        s.status.as_str()
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    problems
+}
+
+/// At least one kill left sagas that other instances took over while the
+/// victim was down. Each saga the victim held when it died was either taken
+/// over from it by another instance, or finished by a write the victim had
+/// sent before it died (a server can apply a dead client's last write after
+/// the death: the history then ends with the victim's terminal version,
+/// prepared before the SIGKILL); and nothing in any of them was written by
+/// the victim while it was down.
+fn taken_over_before_return(
+    run: &Manifest,
+    by_id: &HashMap<&str, &Saga>,
+) -> (Vec<String>, usize, usize) {
+    let mut problems = Vec::new();
+    let mut proven = 0;
+    let (mut all_taken, mut all_landed) = (0, 0);
+    for kill in run.kills.iter().filter(|k| k.waited_for_takeover) {
+        if !kill.taken_over_before_return {
+            problems.push(format!(
+                "kill #{} of {}: {} saga(s) still leased to it after {} ms down",
+                kill.number,
+                kill.instance,
+                kill.in_flight.len(),
+                kill.down_ms
+            ));
+            continue;
+        }
+        let victim = kill.instance.as_str();
+        let from = format!("the lease of {victim} expired");
+        let (mut taken, mut landed) = (0, 0);
+        for id in &kill.in_flight {
+            let Some(s) = by_id.get(id.as_str()) else {
+                problems.push(format!(
+                    "kill #{}: saga {id} is not in the store",
+                    kill.number
+                ));
+                continue;
+            };
+            let by_victim = |t: &&orchestrator::saga::Transition| t.by.as_deref() == Some(victim);
+            if let Some(t) = s
+                .history
+                .iter()
+                .filter(by_victim)
+                .find(|t| t.at_ms > kill.killed_at_ms && t.at_ms < kill.restarted_at_ms)
+            {
+                problems.push(format!(
+                    "kill #{} of {victim}: saga {id} has an entry by it while it was down ({:?} at {})",
+                    kill.number, t.detail, t.at_ms
+                ));
+            } else if s.history.iter().any(|t| {
+                t.detail.starts_with(TAKEN_OVER)
+                    && t.detail.contains(&from)
+                    && t.by.as_deref() != Some(victim)
+            }) {
+                taken += 1;
+            } else if s.status.is_terminal()
+                && s.history.last().is_some_and(|t| {
+                    t.by.as_deref() == Some(victim) && t.at_ms <= kill.killed_at_ms
+                })
+            {
+                landed += 1;
+            } else {
+                problems.push(format!(
+                    "kill #{} of {victim}: saga {id} was neither taken over from it nor finished by a write it sent before dying\n{}",
+                    kill.number,
+                    history(s)
+                ));
+            }
+        }
+        if taken > 0 && taken + landed == kill.in_flight.len() {
+            proven += 1;
+        }
+        all_taken += taken;
+        all_landed += landed;
+    }
+    if proven == 0 && problems.is_empty() {
+        problems.push(format!(
+            "no kill left in-flight sagas to the other instances (kills: {})",
+            run.kills
+                .iter()
+                .map(|k| format!("#{} {} held {}", k.number, k.instance, k.in_flight.len()))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    (problems, all_taken, all_landed)
+}
+
+/// One race of the contention phase: exactly its winners COMPLETED, every
+/// other order CANCELLED with the race's business reason, and the contended
+/// stock or money left exactly as the winners leave it.
+fn race_result(
+    run: &Manifest,
+    contention: &crate::manifest::Contention,
+    race: Race,
+    by_id: &HashMap<&str, &Saga>,
+    balances: &BTreeMap<String, i64>,
+    stock: &BTreeMap<String, i64>,
+) -> (String, Vec<String>) {
+    let plan = &contention.plan;
+    let by_request: HashMap<&str, &Accepted> = run
+        .orders
+        .values()
+        .map(|a| (a.spec.request_id.as_str(), a))
+        .collect();
+    let sent = match race {
+        Race::Stock => plan.stock_orders,
+        Race::Money => plan.money_orders,
+    };
+    let want = plan.winners(race);
+    let mut problems = Vec::new();
+    let mut completed = 0;
+    let mut cancelled = 0;
+    for (rid, r) in contention.orders.iter().filter(|(_, r)| *r == race) {
+        let Some(s) = by_request
+            .get(rid.as_str())
+            .and_then(|a| by_id.get(a.saga_id.as_str()))
+        else {
+            problems.push(format!("{rid}: no saga"));
+            continue;
+        };
+        match s.status {
+            SagaStatus::Completed => completed += 1,
+            SagaStatus::Cancelled => {
+                cancelled += 1;
+                let reason = s.reason.as_deref().unwrap_or("");
+                if !reason.contains(r.reason()) {
+                    problems.push(format!(
+                        "{rid} saga {}: CANCELLED for {reason:?}, not {:?}",
+                        s.saga_id,
+                        r.reason()
+                    ));
+                }
+            }
+            other => problems.push(format!("{rid} saga {}: {}", s.saga_id, other.as_str())),
+        }
+    }
+    if contention.orders.iter().filter(|(_, r)| *r == race).count() != sent {
+        problems.push(format!(
+            "{} of {sent} orders of the race were accepted",
+            contention.orders.iter().filter(|(_, r)| *r == race).count()
+        ));
+    }
+    if completed != want {
+        problems.push(format!("{completed} COMPLETED, but exactly {want} can be"));
+    }
+    let name = match race {
+        Race::Stock => {
+            let left = stock.get(crate::contention::LAST_SKU).copied();
+            let expected = plan.stock_units - want as i64;
+            if left != Some(expected) {
+                problems.push(format!(
+                    "{} holds {left:?} units at the end, expected {expected}",
+                    crate::contention::LAST_SKU
+                ));
+            }
+            format!(
+                "contention: {sent} orders across every instance for the last {} unit(s) of {}: {completed} COMPLETED (exactly {want} can be), {cancelled} CANCELLED with \"insufficient stock\"",
+                plan.stock_units,
+                crate::contention::LAST_SKU
+            )
+        }
+        Race::Money => {
+            let left = balances.get(crate::contention::LAST_CUSTOMER).copied();
+            let expected = plan.balance_cents - want as i64 * plan.price_cents;
+            if left != Some(expected) {
+                problems.push(format!(
+                    "{} holds {left:?} cents at the end, expected {expected}",
+                    crate::contention::LAST_CUSTOMER
+                ));
+            }
+            format!(
+                "contention: {sent} orders across every instance for the last {} cents of {} ({} each): {completed} COMPLETED (exactly {want} can be), {cancelled} CANCELLED with \"insufficient funds\"",
+                plan.balance_cents,
+                crate::contention::LAST_CUSTOMER,
+                plan.price_cents
+            )
+        }
+    };
+    (name, problems)
 }
 
 /// A saga's steps in one line.
@@ -403,8 +1009,10 @@ pub fn history(s: &Saga) -> String {
         .iter()
         .map(|t| {
             format!(
-                "              +{:>5} ms {:<10} {} → {}  {}",
+                "              +{:>5} ms v{:<3} {:<24} {:<10} {} → {}  {}",
                 t.at_ms - start,
+                t.version.map_or("?".to_owned(), |v| v.to_string()),
+                t.by.as_deref().unwrap_or("?"),
                 t.step.as_deref().unwrap_or("saga"),
                 t.from,
                 t.to,

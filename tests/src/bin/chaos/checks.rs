@@ -45,22 +45,74 @@ impl Checks {
         println!("== checks");
         self.drive(args, outcome);
         self.lifecycle(args, outcome);
+        self.contention(outcome);
         for finding in &outcome.findings {
             self.problems(&finding.name, &finding.problems);
         }
+        self.takeovers(args, outcome);
         self.happened(args, outcome);
+    }
+
+    /// The contention phase's orders accepted, and each pair sent at once
+    /// to two instances answered with one saga (the outcome of the races is
+    /// judged on the stores, among the findings).
+    fn contention(&mut self, outcome: &Outcome) {
+        let Some(phase) = &outcome.contention else {
+            return;
+        };
+        let mut problems = phase.problems.clone();
+        problems.extend(phase.duplicate_problems.iter().cloned());
+        self.problems(
+            &format!(
+                "contention: {} orders accepted and terminal; {} sent at the same moment to two instances answered with one saga",
+                phase.orders.len(),
+                phase.concurrent_duplicates
+            ),
+            &problems,
+        );
+    }
+
+    /// With several instances and kills: the takeovers the orchestrators
+    /// counted (their metrics, scraped before each SIGKILL and at the end)
+    /// are > 0 and no more than the stored histories hold (a reading can
+    /// miss the end of a killed life, never add one).
+    fn takeovers(&mut self, args: &Args, outcome: &Outcome) {
+        let counted = outcome.tally.counters.takeovers;
+        let stored = outcome.figures.takeovers as u64;
+        if args.orchestrators > 1 && args.orchestrator_kills > 0 {
+            self.check(
+                counted > 0 && counted <= stored,
+                "lease takeovers counted by the orchestrators' saga_lease_takeovers_total > 0, and ≤ the takeovers in the histories",
+                &format!(
+                    "{counted} counted, {stored} in the histories{}",
+                    if outcome.tally.counter_reads_missed > 0 {
+                        format!(
+                            " ({} readings missed)",
+                            outcome.tally.counter_reads_missed
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
+        } else {
+            println!(
+                "  ----  lease takeovers: {counted} counted, {stored} in the histories (one instance or no kill: not asserted)"
+            );
+        }
+        println!(
+            "  ----  takeovers of a live owner (saga_lease_takeovers_of_live_owner_total): {} (informational: a lease that expired under a healthy owner)",
+            outcome.tally.counters.live_owner_takeovers
+        );
     }
 
     /// Every order accepted, every duplicate answered with the same saga.
     fn drive(&mut self, args: &Args, outcome: &Outcome) {
         let drive = &outcome.drive;
         let mut not_accepted = drive.problems.lock().expect("lock").clone();
-        if outcome.orders.len() != args.sagas && not_accepted.is_empty() {
-            not_accepted.push(format!(
-                "{} of {} accepted",
-                outcome.orders.len(),
-                args.sagas
-            ));
+        let accepted = drive.orders.lock().expect("lock").len();
+        if accepted != args.sagas && not_accepted.is_empty() {
+            not_accepted.push(format!("{accepted} of {} accepted", args.sagas));
         }
         self.problems(
             &format!("all {} orders accepted by CreateOrder", args.sagas),
@@ -69,8 +121,9 @@ impl Checks {
         let mismatches = drive.duplicate_mismatches.lock().expect("lock").clone();
         self.problems(
             &format!(
-                "{} duplicate CreateOrders returned the same saga (created=false)",
-                outcome.duplicates()
+                "{} duplicate CreateOrders returned the same saga (created=false), {} of them answered by another instance than the one that accepted the order",
+                outcome.duplicates(),
+                drive.duplicates_elsewhere.load(std::sync::atomic::Ordering::Relaxed)
             ),
             &mismatches,
         );
@@ -80,13 +133,39 @@ impl Checks {
     /// services stopped cleanly.
     fn lifecycle(&mut self, args: &Args, outcome: &Outcome) {
         let tally = &outcome.tally;
+        let per_instance: Vec<String> = tally
+            .orchestrator_kill_log
+            .iter()
+            .map(|k| {
+                format!(
+                    "#{} {} ({} in flight, down {} ms{})",
+                    k.number,
+                    k.instance,
+                    k.in_flight.len(),
+                    k.down_ms,
+                    if k.waited_for_takeover {
+                        ", kept down for takeover"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
         self.check(
             tally.orchestrator_kills == args.orchestrator_kills,
             &format!(
-                "orchestrator SIGKILLed and restarted {} time(s)",
-                args.orchestrator_kills
+                "orchestrators SIGKILLed and restarted {} time(s) across {} instance(s)",
+                args.orchestrator_kills, args.orchestrators
             ),
-            &format!("done {}", tally.orchestrator_kills),
+            &format!(
+                "done {}{}",
+                tally.orchestrator_kills,
+                if per_instance.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", per_instance.join("; "))
+                }
+            ),
         );
         self.check(
             tally.participant_restarts == [args.participant_restarts; 2],

@@ -45,8 +45,36 @@ impl Role {
     }
 }
 
-/// A free 127.0.0.1 port (bound and released; the service rebinds it).
+/// A free 127.0.0.1 port for a service (bound and released; the service
+/// binds it, and binds it again after each restart). It is taken *below*
+/// the kernel's ephemeral range: a port from that range, once released,
+/// can be given to any outgoing connection — one orchestrator's call to a
+/// participant could take the port another orchestrator is about to bind,
+/// or a killed service's port before its restart. No port is handed out
+/// twice in one run.
 pub fn free_addr() -> std::io::Result<SocketAddr> {
+    use rand::Rng;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (from, to) = (10_000u16, low.max(10_001));
+    let mut given = GIVEN
+        .lock()
+        .map_err(|_| std::io::Error::other("port list poisoned"))?;
+    let mut rng = rand::rng();
+    for _ in 0..1_000 {
+        let port = rng.random_range(from..to);
+        if given.contains(&port) {
+            continue;
+        }
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            given.push(port);
+            return l.local_addr();
+        }
+    }
+    // Nothing free below the ephemeral range: any free port.
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     l.local_addr()
 }
@@ -65,7 +93,15 @@ pub fn channel(addr: SocketAddr, timeout: Duration) -> Channel {
 /// One service process, restartable on the same port and storage.
 pub struct Proc {
     pub role: Role,
+    /// Its name in the output: the binary's, or `orchestrator-<n>` when
+    /// several orchestrators run (also its `--instance-id`).
+    name: String,
+    /// 0 for a participant, 1.. for an orchestrator instance.
+    instance: u64,
     pub addr: SocketAddr,
+    /// Its Prometheus endpoint, when it serves one (orchestrators only:
+    /// the soak scrapes their lease takeovers).
+    pub metrics: Option<SocketAddr>,
     bin: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -82,8 +118,11 @@ impl Proc {
     /// A service of `role` run from `bin` with `args` and `env` (nothing
     /// else of our environment but PATH), listening on `addr`, logging to
     /// `log`; not started yet. `seed` seeds each life's fault sequence.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         role: Role,
+        name: String,
+        instance: u64,
         bin: PathBuf,
         addr: SocketAddr,
         args: Vec<String>,
@@ -93,6 +132,9 @@ impl Proc {
     ) -> Proc {
         Proc {
             role,
+            name,
+            instance,
+            metrics: None,
             addr,
             bin,
             args,
@@ -105,9 +147,17 @@ impl Proc {
         }
     }
 
-    /// Its name in the output (its binary's).
-    pub fn name(&self) -> &'static str {
-        self.role.binary()
+    /// Serves its metrics on `addr` (passed as `--metrics-listen`).
+    pub fn with_metrics(mut self, addr: SocketAddr) -> Proc {
+        self.args.push("--metrics-listen".into());
+        self.args.push(addr.to_string());
+        self.metrics = Some(addr);
+        self
+    }
+
+    /// Its name in the output.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Its pid while it runs.
@@ -141,16 +191,21 @@ impl Proc {
             .env_clear()
             .envs(std::env::var_os("PATH").map(|p| ("PATH".to_owned(), p)))
             .envs(self.env.iter().map(|(k, v)| (k.clone(), v.clone())))
-            // Metrics ports are fixed by default; several soaks (or a dev
-            // stack) on one machine must not collide on them.
-            .env("NO_METRICS", "true")
             // Each life draws its own fault sequence.
             .env(
                 "FAULT_SEED",
-                (self.seed.wrapping_mul(1000) + self.role.index() * 100 + u64::from(self.starts))
-                    .to_string(),
-            )
-            .stdin(Stdio::null())
+                (self.seed.wrapping_mul(1000)
+                    + self.role.index() * 100
+                    + self.instance * 10_000
+                    + u64::from(self.starts))
+                .to_string(),
+            );
+        if self.metrics.is_none() {
+            // Metrics ports are fixed by default; several soaks (or a dev
+            // stack) on one machine must not collide on them.
+            cmd.env("NO_METRICS", "true");
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err));
         let child =

@@ -12,6 +12,7 @@ use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as saga;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -37,7 +38,7 @@ pub fn product(i: usize) -> String {
 }
 
 /// What was seeded: customer → cents, product → units.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Initial {
     pub balances: BTreeMap<String, i64>,
     pub stock: BTreeMap<String, i64>,
@@ -47,7 +48,7 @@ pub struct Initial {
 /// 2 lines × 3 units × 250 cents; a quarter of the customers can afford only
 /// a fraction of their share and half of the products run short, so real
 /// refusals (and with them compensations) happen besides injected ones.
-pub fn plan_initial(sagas: usize) -> Initial {
+pub fn plan_initial(sagas: usize, contention: Option<&crate::contention::Plan>) -> Initial {
     let n = i64::try_from(sagas.max(10)).unwrap_or(i64::MAX / 4_000);
     let mut initial = Initial::default();
     for i in 0..CUSTOMERS {
@@ -61,6 +62,9 @@ pub fn plan_initial(sagas: usize) -> Initial {
     for i in 0..PRODUCTS {
         let units = if i % 2 == 0 { n * 3 / 10 } else { n * 2 };
         initial.stock.insert(product(i), units.max(1));
+    }
+    if let Some(plan) = contention {
+        plan.seed_into(&mut initial);
     }
     initial
 }
@@ -152,7 +156,7 @@ fn confirm(what: &str, seeded: i64, held: i64, unit: &str) -> Result<(), String>
 }
 
 /// One order the tool created.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OrderSpec {
     pub request_id: String,
     pub customer_id: String,
@@ -185,7 +189,7 @@ impl OrderSpec {
         }
     }
 
-    fn request(&self) -> saga::CreateOrderRequest {
+    pub fn request(&self) -> saga::CreateOrderRequest {
         saga::CreateOrderRequest {
             request_id: self.request_id.clone(),
             customer_id: self.customer_id.clone(),
@@ -203,6 +207,20 @@ impl OrderSpec {
     }
 }
 
+/// An order an orchestrator accepted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Accepted {
+    pub spec: OrderSpec,
+    /// The saga CreateOrder answered with.
+    pub saga_id: String,
+    /// The instance (0-based) whose CreateOrder first accepted it.
+    pub instance: usize,
+}
+
+/// Accepted orders by index (the contention phase's come after the
+/// drive's).
+pub type Orders = BTreeMap<usize, Accepted>;
+
 /// Shared state of the drive.
 #[derive(Default)]
 pub struct Drive {
@@ -213,8 +231,13 @@ pub struct Drive {
     /// CreateOrder attempts that failed and were retried.
     pub create_retries: AtomicU64,
     pub duplicates_sent: AtomicU64,
-    /// Accepted orders: index → (spec, saga id).
-    pub orders: Mutex<BTreeMap<usize, (OrderSpec, String)>>,
+    /// Duplicates sent to another instance than the one that accepted the
+    /// order.
+    pub duplicates_elsewhere: AtomicU64,
+    /// CreateOrder attempts moved to the next instance after a failure.
+    pub failovers: AtomicU64,
+    /// Accepted orders.
+    pub orders: Mutex<Orders>,
     /// Errors seen per status code (while retrying).
     pub errors_by_code: Mutex<HashMap<String, u64>>,
     /// Problems: orders never accepted, duplicates that did not match.
@@ -246,18 +269,22 @@ fn is_final(code: Code) -> bool {
 }
 
 impl Drive {
-    /// Sends `spec` until the orchestrator answers; None if it refused it
-    /// for good or `deadline` passed (recorded as a problem).
-    async fn create(
+    /// Sends `spec` to instance `first`, moving on to the next instance
+    /// after each failure, until one answers; None if it was refused for
+    /// good or `deadline` passed (recorded as a problem). Returns the reply
+    /// and the instance that gave it.
+    pub async fn create(
         &self,
-        client: &mut OrderServiceClient<Channel>,
+        clients: &mut [OrderServiceClient<Channel>],
+        first: usize,
         spec: &OrderSpec,
         deadline: Instant,
-    ) -> Option<saga::CreateOrderResponse> {
+    ) -> Option<(saga::CreateOrderResponse, usize)> {
         let mut delay = Duration::from_millis(25);
+        let mut at = first % clients.len();
         loop {
-            match client.create_order(spec.request()).await {
-                Ok(r) => return Some(r.into_inner()),
+            match clients[at].create_order(spec.request()).await {
+                Ok(r) => return Some((r.into_inner(), at)),
                 Err(status) => {
                     *self
                         .errors_by_code
@@ -275,6 +302,12 @@ impl Drive {
                         return None;
                     }
                     self.create_retries.fetch_add(1, Ordering::Relaxed);
+                    if clients.len() > 1 {
+                        // The same request id to another instance: a
+                        // cross-instance duplicate if the first one stored it.
+                        at = (at + 1) % clients.len();
+                        self.failovers.fetch_add(1, Ordering::Relaxed);
+                    }
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(500));
                 }
@@ -282,10 +315,12 @@ impl Drive {
         }
     }
 
-    /// Polls GetSaga until the saga is terminal, or `limit` passes.
-    async fn await_terminal(
+    /// Polls GetSaga (from instance `at`, moving on after a failure) until
+    /// the saga is terminal, or `limit` passes.
+    pub async fn await_terminal(
         &self,
-        client: &mut SagaServiceClient<Channel>,
+        clients: &mut [SagaServiceClient<Channel>],
+        mut at: usize,
         saga_id: &str,
         limit: Instant,
     ) {
@@ -293,7 +328,8 @@ impl Drive {
         loop {
             tokio::time::sleep(delay).await;
             delay = (delay * 3 / 2).min(Duration::from_millis(200));
-            match client
+            at %= clients.len();
+            match clients[at]
                 .get_saga(saga::GetSagaRequest {
                     lookup: Some(saga::get_saga_request::Lookup::SagaId(saga_id.to_owned())),
                 })
@@ -315,6 +351,7 @@ impl Drive {
                 }
                 Err(_) => {
                     self.poll_errors.fetch_add(1, Ordering::Relaxed);
+                    at += 1;
                 }
             }
             if Instant::now() >= limit {
@@ -325,18 +362,23 @@ impl Drive {
     }
 
     /// One worker: takes the next order index until `total` are issued,
-    /// creates it and waits until it is terminal (closed loop).
+    /// creates it on instance `index % instances` (the next one when that
+    /// one fails) and waits until it is terminal (closed loop).
     pub async fn worker(
         &self,
         worker: usize,
         seed: u64,
         total: usize,
         duplicate_rate: f64,
-        channel: Channel,
+        channels: Vec<Channel>,
         deadline: Instant,
     ) {
-        let mut client = OrderServiceClient::new(channel.clone());
-        let mut sagas = SagaServiceClient::new(channel);
+        let mut clients: Vec<_> = channels
+            .iter()
+            .cloned()
+            .map(OrderServiceClient::new)
+            .collect();
+        let mut sagas: Vec<_> = channels.into_iter().map(SagaServiceClient::new).collect();
         let mut rng = StdRng::seed_from_u64(seed.wrapping_add(7_919 * worker as u64 + 1));
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
@@ -344,27 +386,34 @@ impl Drive {
                 break;
             }
             let spec = OrderSpec::generate(seed, i);
-            if let Some(reply) = self.create(&mut client, &spec, deadline).await {
-                self.orders
-                    .lock()
-                    .expect("lock")
-                    .insert(i, (spec, reply.saga_id.clone()));
+            if let Some((reply, instance)) = self.create(&mut clients, i, &spec, deadline).await {
+                let saga_id = reply.saga_id.clone();
+                self.orders.lock().expect("lock").insert(
+                    i,
+                    Accepted {
+                        spec,
+                        saga_id: saga_id.clone(),
+                        instance,
+                    },
+                );
                 self.accepted.fetch_add(1, Ordering::Relaxed);
                 let limit = (Instant::now() + SAGA_WAIT).min(deadline);
-                self.await_terminal(&mut sagas, &reply.saga_id, limit).await;
+                self.await_terminal(&mut sagas, instance, &saga_id, limit)
+                    .await;
             }
             if rng.random_bool(duplicate_rate) {
-                self.duplicate(&mut client, &mut rng, deadline).await;
+                self.duplicate(&mut clients, &mut rng, deadline).await;
             }
         }
         self.workers_done.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Sends an already-accepted order again: it must return the same saga
-    /// and `created: false`.
+    /// Sends an already-accepted order again, to another instance than the
+    /// one that accepted it (when there are several): it must return the
+    /// same saga and `created: false`.
     async fn duplicate(
         &self,
-        client: &mut OrderServiceClient<Channel>,
+        clients: &mut [OrderServiceClient<Channel>],
         rng: &mut StdRng,
         deadline: Instant,
     ) {
@@ -376,20 +425,29 @@ impl Drive {
             let n = rng.random_range(0..orders.len());
             orders.values().nth(n).cloned()
         };
-        let Some((spec, saga_id)) = picked else {
+        let Some(first) = picked else {
             return;
         };
         self.duplicates_sent.fetch_add(1, Ordering::Relaxed);
-        if let Some(reply) = self.create(client, &spec, deadline).await
-            && (reply.saga_id != saga_id || reply.created)
-        {
-            self.duplicate_mismatches
-                .lock()
-                .expect("lock")
-                .push(format!(
-                    "{}: first saga {saga_id}, duplicate got saga {} (created={})",
-                    spec.request_id, reply.saga_id, reply.created
-                ));
+        let elsewhere = (first.instance + 1) % clients.len();
+        if let Some((reply, at)) = self.create(clients, elsewhere, &first.spec, deadline).await {
+            if at != first.instance {
+                self.duplicates_elsewhere.fetch_add(1, Ordering::Relaxed);
+            }
+            if reply.saga_id != first.saga_id || reply.created {
+                self.duplicate_mismatches
+                    .lock()
+                    .expect("lock")
+                    .push(format!(
+                        "{}: instance {} created saga {}, the duplicate on instance {} got saga {} (created={})",
+                        first.spec.request_id,
+                        first.instance + 1,
+                        first.saga_id,
+                        at + 1,
+                        reply.saga_id,
+                        reply.created
+                    ));
+            }
         }
     }
 }

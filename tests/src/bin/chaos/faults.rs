@@ -69,13 +69,37 @@ pub async fn read(addr: SocketAddr) -> Option<faults::FaultStatus> {
 /// Turns every fault off (keeping `seed`); false if the participant never
 /// accepted it.
 pub async fn turn_off(addr: SocketAddr, seed: u64) -> bool {
-    let off = faults::FaultSettings {
-        seed,
-        ..Default::default()
-    };
+    set(
+        addr,
+        faults::FaultSettings {
+            seed,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Keeps the faults `args` ask for except the injected refusals (the
+/// contention phase: a refusal must be the race's own); false if the
+/// participant never accepted it.
+pub async fn without_refusals(addr: SocketAddr, args: &Args, seed: u64) -> bool {
+    set(
+        addr,
+        faults::FaultSettings {
+            transient_error_rate: args.transient_rate,
+            added_latency_ms: args.latency_ms,
+            drop_reply_rate: args.drop_reply_rate,
+            refusal_rate: 0.0,
+            seed,
+        },
+    )
+    .await
+}
+
+async fn set(addr: SocketAddr, settings: faults::FaultSettings) -> bool {
     for _ in 0..20 {
         let mut c = FaultServiceClient::new(channel(addr, Duration::from_secs(2)));
-        if c.set_faults(off).await.is_ok() {
+        if c.set_faults(settings).await.is_ok() {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,15 +1,23 @@
-//! Chaos soak: the three real service binaries as separate processes, many
-//! concurrent orders, injected participant faults (transient errors, lost
-//! replies, business refusals, latency), the orchestrator SIGKILLed and
-//! restarted, each participant SIGKILLed and restarted — then the faults
-//! stop, every saga must become terminal, and the stores (read directly
-//! after a graceful stop) must balance: money and stock moved exactly by the
-//! COMPLETED orders, each exactly once; CANCELLED orders net to zero.
+//! Chaos soak: the real service binaries as separate processes — both
+//! participants and `--orchestrators N` orchestrator instances sharing one
+//! saga store —, many concurrent orders spread over the instances (their
+//! duplicates sent to other instances), injected participant faults
+//! (transient errors, lost replies, business refusals, latency),
+//! orchestrator instances SIGKILLed and restarted (one kept down until the
+//! others took its sagas over), each participant SIGKILLed and restarted,
+//! then a contention phase (orders racing for the last units of a product
+//! and the last cents of a customer) — then the faults stop, every saga
+//! must become terminal, and the stores (read directly after a graceful
+//! stop) must balance: money and stock moved exactly by the COMPLETED
+//! orders, each exactly once, counted over every stored row; CANCELLED
+//! orders net to zero; histories linear; the races won by exactly as many
+//! orders as stock and money allow.
 //!
 //! ```sh
 //! cargo build --workspace --bins
-//! cargo run -p saga-tests --bin chaos -- --sagas 200 --orchestrator-kills 1
-//! cargo run -p saga-tests --bin chaos -- --backend mongo
+//! cargo run -p saga-tests --bin chaos -- --sagas 300 --orchestrators 2 --orchestrator-kills 1
+//! cargo run -p saga-tests --bin chaos -- --orchestrators 3 --orchestrator-kills 3 --backend mongo
+//! cargo run -p saga-tests --bin chaos -- --audit-only --work-dir /tmp/saga-chaos-…
 //! ```
 //!
 //! The last line is `chaos: <passed> passed, <failed> failed`; the exit code
@@ -21,23 +29,31 @@
 //! - [`storage`]: where the services keep their state (work-dir SQLite
 //!   files, or MongoDB databases on `MONGODB_URI` or the test server).
 //! - [`cluster`]: one service as a child process (spawn, SIGKILL, restart,
-//!   SIGTERM); [`services`]: the three of them and what happened to them.
-//! - [`faults`]: the participants' fault injection (settings, counters).
+//!   SIGTERM); [`services`]: all of them, the orchestrator kills (and the
+//!   sagas each victim held), and what happened to them.
+//! - [`faults`]: the participants' fault injection (settings, counters);
+//!   [`scrape`]: the orchestrators' takeover counters from `/metrics`.
 //! - [`drive`]: seeding, and the concurrent CreateOrder workers;
 //!   [`schedule`]: the SIGKILLs spread over the drive.
-//! - [`soak`]: the run, phase by phase: seed, drive, settle, stop, audit.
-//! - [`snapshot`]: the stopped stores read directly; [`audit`]: the
-//!   invariants checked on them.
+//! - [`contention`]: the races for the last units and the last cents.
+//! - [`soak`]: the run, phase by phase: seed, drive, contention, settle,
+//!   stop, manifest, audit (and `--audit-only`).
+//! - [`manifest`]: `chaos-run.json`, what the audit needs besides the
+//!   stores; [`snapshot`]: the stopped stores read directly, every row;
+//!   [`audit`]: the invariants checked on them.
 //! - [`report`]: the figures; [`checks`]: the PASS/FAIL lines.
 
 mod args;
 mod audit;
 mod checks;
 mod cluster;
+mod contention;
 mod drive;
 mod faults;
+mod manifest;
 mod report;
 mod schedule;
+mod scrape;
 mod services;
 mod snapshot;
 mod soak;
@@ -53,6 +69,9 @@ use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.audit_only {
+        return audit_only(&args);
+    }
     let bin_dir = match find_binaries(&args) {
         Ok(dir) => dir,
         Err(why) => {
@@ -90,6 +109,30 @@ fn main() -> ExitCode {
     }
     println!("chaos: {} passed, {} failed", checks.passed, checks.failed);
     if all_passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `--audit-only --work-dir DIR`: the store checks of a kept run; exit 0
+/// only when all pass (the work dir is left as it is).
+fn audit_only(args: &Args) -> ExitCode {
+    let Some(work) = args.work_dir.as_deref() else {
+        eprintln!("chaos: --audit-only needs --work-dir");
+        return ExitCode::from(2);
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut checks = Checks::default();
+    if let Err(e) = runtime.block_on(soak::audit_only(work, &mut checks)) {
+        checks.check(false, "the kept run could be audited", &e);
+    }
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    println!("chaos: {} passed, {} failed", checks.passed, checks.failed);
+    if checks.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

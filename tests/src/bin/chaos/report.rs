@@ -13,7 +13,7 @@ pub fn print(args: &Args, outcome: &Outcome) {
         "== chaos report (seed {}, backend {:?})",
         outcome.seed, args.backend
     );
-    if let Some(label) = outcome.storage_label {
+    if let Some(label) = &outcome.storage_label {
         println!("  storage:               {label}");
     }
     sagas(outcome);
@@ -33,7 +33,16 @@ fn sagas(outcome: &Outcome) {
         figures.failed,
         figures.other
     );
-    println!("  duplicates sent:       {}", outcome.duplicates());
+    println!(
+        "  duplicates sent:       {} ({} answered by another instance); {} CreateOrder retries moved to another instance",
+        outcome.duplicates(),
+        drive.duplicates_elsewhere.load(Ordering::Relaxed),
+        drive.failovers.load(Ordering::Relaxed)
+    );
+    println!(
+        "  operationHistory:      {} payment rows, {} inventory rows",
+        figures.op_rows.0, figures.op_rows.1
+    );
     println!(
         "  CreateOrder retries:   {}",
         drive.create_retries.load(Ordering::Relaxed)
@@ -83,9 +92,30 @@ fn faults(outcome: &Outcome) {
     }
     println!("  compensations:         {}", outcome.figures.compensations);
     println!(
-        "  orchestrator kills:    {} (SIGKILL, restarted)",
-        tally.orchestrator_kills
+        "  orchestrator kills:    {} across {} instance(s) (SIGKILL, restarted)",
+        tally.orchestrator_kills,
+        outcome.figures.sagas_per_writer.len().max(1)
     );
+    println!(
+        "  lease takeovers:       {} in the histories, {} counted by the orchestrators' metrics ({} of a live owner); {} own sagas resumed after a restart; lease TTL {} ms",
+        outcome.figures.takeovers,
+        tally.counters.takeovers,
+        tally.counters.live_owner_takeovers,
+        outcome.figures.own_resumes,
+        outcome.lease_ttl_ms
+    );
+    if !outcome.figures.sagas_per_writer.is_empty() {
+        println!(
+            "  sagas per instance:    {} (an instance counts every saga it wrote a version of)",
+            outcome
+                .figures
+                .sagas_per_writer
+                .iter()
+                .map(|(w, n)| format!("{w} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     println!(
         "  participant restarts:  payment-svc {}, inventory-svc {} (SIGKILL, restarted)",
         tally.participant_restarts[0], tally.participant_restarts[1]
@@ -112,9 +142,17 @@ fn timings(outcome: &Outcome) {
     println!(
         "  drive:                 {:.1} s ({:.1} sagas/s); settled {:.1} s after faults stopped",
         outcome.drive_secs,
-        outcome.orders.len() as f64 / outcome.drive_secs.max(0.001),
+        outcome.drive.accepted.load(Ordering::Relaxed) as f64 / outcome.drive_secs.max(0.001),
         outcome.settle_secs
     );
+    if let Some(phase) = &outcome.contention {
+        println!(
+            "  contention:            {} orders in {:.1} s, {} sent to two instances at once",
+            phase.orders.len(),
+            phase.secs,
+            phase.concurrent_duplicates
+        );
+    }
     if outcome.tally.fault_reads_missed > 0 {
         println!(
             "  note: {} GetFaults reading(s) failed; injected counts are a lower bound",

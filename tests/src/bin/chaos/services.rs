@@ -1,12 +1,15 @@
-//! The three services of a run together: how each is started (ports,
-//! flags, environment), SIGKILLed and restarted, revived when it dies on
-//! its own, and stopped at the end — and the [`Tally`] of all that for the
-//! report and the checks.
+//! The services of a run together — both participants and `--orchestrators`
+//! orchestrator instances on one shared saga store: how each is started
+//! (ports, flags, environment), SIGKILLed and restarted, revived when it
+//! dies on its own, and stopped at the end — and the [`Tally`] of all that
+//! for the report and the checks.
 
 use crate::args::Args;
 use crate::cluster::{self, Proc, Role, free_addr};
 use crate::faults::{self, FaultCounts};
+use crate::scrape::{self, OrchestratorCounters};
 use crate::storage::Storage;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,10 +17,46 @@ use std::time::{Duration, Instant};
 /// How long a (re)started service has to answer.
 pub const START_LIMIT: Duration = Duration::from_secs(60);
 
+/// Which process a kill is aimed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Payment,
+    Inventory,
+    /// Orchestrator instance `i` (0-based).
+    Orchestrator(usize),
+}
+
+/// One SIGKILL of an orchestrator instance, as it went.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OrchestratorKill {
+    /// Across instances, from 1.
+    pub number: u32,
+    /// The victim's instance id.
+    pub instance: String,
+    /// The sagas the victim held a lease on when it died (not terminal),
+    /// read from the store right after the SIGKILL.
+    pub in_flight: Vec<String>,
+    /// Whether the victim was kept down until other instances had claimed
+    /// every one of them.
+    pub waited_for_takeover: bool,
+    /// Whether, when it came back, none of them was leased to it any more.
+    pub taken_over_before_return: bool,
+    /// How long it was down, ms.
+    pub down_ms: u64,
+    /// When it was SIGKILLed (reaped), ms since the epoch.
+    #[serde(default)]
+    pub killed_at_ms: i64,
+    /// When it was started again, ms since the epoch.
+    #[serde(default)]
+    pub restarted_at_ms: i64,
+}
+
 /// What happened to the services, for the report.
 #[derive(Default)]
 pub struct Tally {
+    /// Across instances.
     pub orchestrator_kills: u32,
+    pub orchestrator_kill_log: Vec<OrchestratorKill>,
     /// payment-svc, inventory-svc.
     pub participant_restarts: [u32; 2],
     /// Kills that did not go as planned.
@@ -27,43 +66,42 @@ pub struct Tally {
     /// Injected faults of payment-svc, inventory-svc over all their lives.
     pub faults: [FaultCounts; 2],
     pub fault_reads_missed: u32,
+    /// Every orchestrator's counters over all its lives (read before each
+    /// SIGKILL and at the end).
+    pub counters: OrchestratorCounters,
+    /// Readings that failed (the counters are then a lower bound).
+    pub counter_reads_missed: u32,
 }
 
 impl Tally {
-    /// Counts a SIGKILL of `role`; returns what the output calls it and its
-    /// number ("kill #n" of the orchestrator, "restart #n" of a participant).
-    fn count_kill(&mut self, role: Role) -> (&'static str, u32) {
-        let n = match role {
-            Role::Orchestrator => &mut self.orchestrator_kills,
-            Role::Payment => &mut self.participant_restarts[0],
-            Role::Inventory => &mut self.participant_restarts[1],
-        };
-        *n += 1;
-        let what = if role == Role::Orchestrator {
-            "kill"
-        } else {
-            "restart"
-        };
-        (what, *n)
-    }
-
     /// Injected faults of both participants together.
     pub fn all_faults(&self) -> FaultCounts {
         self.faults[0].plus(self.faults[1])
     }
+
+    /// Whether a kill already left its in-flight sagas to other instances.
+    pub fn takeover_kill_done(&self) -> bool {
+        self.orchestrator_kill_log
+            .iter()
+            .any(|k| !k.in_flight.is_empty() && k.taken_over_before_return)
+    }
 }
 
-/// The three service processes.
+/// The service processes of a run.
 pub struct Services {
     pub payment: Proc,
     pub inventory: Proc,
-    pub orchestrator: Proc,
+    pub orchestrators: Vec<Proc>,
+    /// The orchestrators' counters of earlier lives, per instance.
+    earlier: Vec<OrchestratorCounters>,
+    pub timing: Timing,
 }
 
 impl Services {
-    /// The three services of a run on free ports, not started yet: the
-    /// participants inject faults from the start; the orchestrator retries
-    /// patiently with short call timeouts and leases.
+    /// The services of a run on free ports, not started yet: the
+    /// participants inject faults from the start; the orchestrators retry
+    /// patiently with short call timeouts and leases, each with its own
+    /// instance id and metrics port.
     pub fn new(
         args: &Args,
         bin_dir: &Path,
@@ -71,7 +109,7 @@ impl Services {
         storage: &Storage,
         seed: u64,
     ) -> Result<Services, String> {
-        let log = |role: Role| work.join("logs").join(format!("{}.log", role.binary()));
+        let log = |name: &str| work.join("logs").join(format!("{name}.log"));
         let mut base_env = vec![
             ("RUST_LOG".to_owned(), args.log_level.clone()),
             ("RUST_BACKTRACE".to_owned(), "1".to_owned()),
@@ -82,45 +120,85 @@ impl Services {
         let mut fault_env = base_env.clone();
         fault_env.extend(faults::injection_env(args));
         let addr = || free_addr().map_err(|e| format!("no free port: {e}"));
-        let (pay_addr, inv_addr, orch_addr) = (addr()?, addr()?, addr()?);
-        let service = |role: Role, addr: SocketAddr, mut argv: Vec<String>, env| {
+        let (pay_addr, inv_addr) = (addr()?, addr()?);
+        let timing = Timing::of(storage);
+        let participant = |role: Role, addr: SocketAddr, env| {
+            let mut argv = vec!["--listen".to_owned(), addr.to_string()];
             argv.extend(storage.args(role));
+            let name = role.binary().to_owned();
             Proc::new(
                 role,
+                name.clone(),
+                0,
                 bin_dir.join(role.binary()),
                 addr,
                 argv,
                 env,
-                log(role),
+                log(&name),
                 seed,
             )
         };
-        let listen = |a: SocketAddr| vec!["--listen".to_owned(), a.to_string()];
-        Ok(Services {
-            payment: service(Role::Payment, pay_addr, listen(pay_addr), fault_env.clone()),
-            inventory: service(Role::Inventory, inv_addr, listen(inv_addr), fault_env),
-            orchestrator: service(
-                Role::Orchestrator,
+        let mut orchestrators = Vec::new();
+        for i in 0..args.orchestrators as usize {
+            let name = instance_name(args.orchestrators, i);
+            let orch_addr = addr()?;
+            let mut argv = orchestrator_args(
                 orch_addr,
-                orchestrator_args(orch_addr, pay_addr, inv_addr, Timing::of(storage)),
-                base_env,
-            ),
+                pay_addr,
+                inv_addr,
+                &format!("chaos-{name}"),
+                &timing,
+            );
+            argv.extend(storage.args(Role::Orchestrator));
+            orchestrators.push(
+                Proc::new(
+                    Role::Orchestrator,
+                    name.clone(),
+                    i as u64 + 1,
+                    bin_dir.join(Role::Orchestrator.binary()),
+                    orch_addr,
+                    argv,
+                    base_env.clone(),
+                    log(&name),
+                    seed,
+                )
+                .with_metrics(addr()?),
+            );
+        }
+        Ok(Services {
+            payment: participant(Role::Payment, pay_addr, fault_env.clone()),
+            inventory: participant(Role::Inventory, inv_addr, fault_env),
+            earlier: vec![OrchestratorCounters::default(); orchestrators.len()],
+            orchestrators,
+            timing,
         })
     }
 
-    /// One of the three.
-    pub fn get(&mut self, role: Role) -> &mut Proc {
-        match role {
-            Role::Payment => &mut self.payment,
-            Role::Inventory => &mut self.inventory,
-            Role::Orchestrator => &mut self.orchestrator,
+    /// The process a target names.
+    pub fn get(&mut self, target: Target) -> &mut Proc {
+        match target {
+            Target::Payment => &mut self.payment,
+            Target::Inventory => &mut self.inventory,
+            Target::Orchestrator(i) => &mut self.orchestrators[i],
         }
     }
 
-    /// Starts the participants, then the orchestrator, each once it answers.
+    /// Every process, participants first.
+    fn targets(&self) -> Vec<Target> {
+        let mut all = vec![Target::Payment, Target::Inventory];
+        all.extend((0..self.orchestrators.len()).map(Target::Orchestrator));
+        all
+    }
+
+    /// The orchestrators' gRPC addresses, in instance order.
+    pub fn orchestrator_addrs(&self) -> Vec<SocketAddr> {
+        self.orchestrators.iter().map(|p| p.addr).collect()
+    }
+
+    /// Starts the participants, then the orchestrators, each once it answers.
     pub async fn start(&mut self) -> Result<(), String> {
-        for role in [Role::Payment, Role::Inventory, Role::Orchestrator] {
-            let p = self.get(role);
+        for target in self.targets() {
+            let p = self.get(target);
             p.start(START_LIMIT).await?;
             println!(
                 "chaos: {} pid {} on {} (log {})",
@@ -135,8 +213,8 @@ impl Services {
 
     /// Restarts any service that died on its own (and records it).
     pub async fn revive(&mut self, tally: &mut Tally) -> Result<(), String> {
-        for role in [Role::Payment, Role::Inventory, Role::Orchestrator] {
-            let p = self.get(role);
+        for target in self.targets() {
+            let p = self.get(target);
             if let Some(status) = p.exited() {
                 let msg = format!(
                     "{} (pid gone) exited on its own: {status}; log {}\n{}",
@@ -152,30 +230,32 @@ impl Services {
         Ok(())
     }
 
-    /// SIGKILLs `role`'s service, waits `pause`, and starts it again on the
-    /// same port and storage. A participant's fault counters are read first
-    /// (the SIGKILL loses them). `progress` is the drive's "[accepted/total
-    /// accepted]" and `at` the point the kill was planned at, for the output.
-    pub async fn kill_and_restart(
+    /// SIGKILLs a participant, waits `pause`, and starts it again on the
+    /// same port and storage. Its fault counters are read first (the
+    /// SIGKILL loses them). `progress` is the drive's "[accepted/total
+    /// accepted]" and `at` the point the kill was planned at.
+    pub async fn restart_participant(
         &mut self,
-        role: Role,
+        target: Target,
         pause: Duration,
         progress: &str,
         at: usize,
         tally: &mut Tally,
     ) -> Result<(), String> {
-        let p = self.get(role);
-        if role != Role::Orchestrator {
-            match faults::read(p.addr).await {
-                Some(s) => p.earlier_faults.add(&s),
-                None => tally.fault_reads_missed += 1,
-            }
+        let p = self.get(target);
+        match faults::read(p.addr).await {
+            Some(s) => p.earlier_faults.add(&s),
+            None => tally.fault_reads_missed += 1,
         }
         match p.kill9() {
             Ok(()) => {
-                let (what, n) = tally.count_kill(role);
+                let n = match target {
+                    Target::Payment => &mut tally.participant_restarts[0],
+                    _ => &mut tally.participant_restarts[1],
+                };
+                *n += 1;
                 println!(
-                    "chaos: {progress} SIGKILLed {} ({what} #{n}, planned at {at}); restarting in {} ms",
+                    "chaos: {progress} SIGKILLed {} (restart #{n}, planned at {at}); restarting in {} ms",
                     p.name(),
                     pause.as_millis()
                 );
@@ -191,6 +271,115 @@ impl Services {
             p.pid().unwrap_or(0),
             restarted.elapsed().as_millis()
         );
+        Ok(())
+    }
+
+    /// SIGKILLs orchestrator `i` (its counters read first), reads from the
+    /// store which sagas it was driving, and starts it again: after `pause`,
+    /// or — with `await_takeover` — once no saga is leased to it any more
+    /// (the other instances claimed them when its leases expired), within
+    /// the lease TTL plus `settle` at most.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn kill_orchestrator(
+        &mut self,
+        i: usize,
+        storage: &Storage,
+        pause: Duration,
+        await_takeover: bool,
+        progress: &str,
+        at: usize,
+        tally: &mut Tally,
+    ) -> Result<(), String> {
+        let ttl = Duration::from_millis(self.timing.lease_ttl_ms);
+        match self.orchestrators[i].metrics {
+            Some(addr) => match scrape::read(addr).await {
+                Some(c) => self.earlier[i] = self.earlier[i].plus(c),
+                None => tally.counter_reads_missed += 1,
+            },
+            None => tally.counter_reads_missed += 1,
+        }
+        let p = &mut self.orchestrators[i];
+        let instance = instance_id(p.name());
+        if let Err(e) = p.kill9() {
+            tally.event_problems.push(e);
+            return p.start(START_LIMIT).await;
+        }
+        let killed_at = Instant::now();
+        let killed_at_ms = service_kit::time::now_ms();
+        tally.orchestrator_kills += 1;
+        let number = tally.orchestrator_kills;
+        let in_flight = storage.leased_to(&instance).await.unwrap_or_else(|e| {
+            tally
+                .event_problems
+                .push(format!("reading the sagas leased to {instance}: {e}"));
+            Vec::new()
+        });
+        let waits = await_takeover && !in_flight.is_empty();
+        println!(
+            "chaos: {progress} SIGKILLed {} (kill #{number}, planned at {at}) holding {} saga lease(s); {}",
+            p.name(),
+            in_flight.len(),
+            if waits {
+                format!(
+                    "kept down until other instances take them over (lease TTL {} ms)",
+                    ttl.as_millis()
+                )
+            } else {
+                format!("restarting in {} ms", pause.as_millis())
+            }
+        );
+        let mut taken_over = in_flight.is_empty();
+        if waits {
+            let limit = ttl + Duration::from_secs(20);
+            loop {
+                match storage.leased_to(&instance).await {
+                    Ok(left) if left.is_empty() => {
+                        taken_over = true;
+                        break;
+                    }
+                    Ok(_) | Err(_) if killed_at.elapsed() >= limit => {
+                        tally.event_problems.push(format!(
+                            "{instance}'s sagas were not all taken over within {} ms of its SIGKILL",
+                            limit.as_millis()
+                        ));
+                        break;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        } else {
+            tokio::time::sleep(pause).await;
+            taken_over = taken_over
+                || storage
+                    .leased_to(&instance)
+                    .await
+                    .is_ok_and(|left| left.is_empty());
+        }
+        let down_ms = killed_at.elapsed().as_millis() as u64;
+        let restarted = Instant::now();
+        let restarted_at_ms = service_kit::time::now_ms();
+        p.start(START_LIMIT).await?;
+        println!(
+            "chaos: {} back after {down_ms} ms down (pid {}, ready after {} ms){}",
+            p.name(),
+            p.pid().unwrap_or(0),
+            restarted.elapsed().as_millis(),
+            if waits && taken_over {
+                format!("; its {} saga(s) had been taken over", in_flight.len())
+            } else {
+                String::new()
+            }
+        );
+        tally.orchestrator_kill_log.push(OrchestratorKill {
+            number,
+            instance,
+            in_flight,
+            waited_for_takeover: waits,
+            taken_over_before_return: taken_over,
+            down_ms,
+            killed_at_ms,
+            restarted_at_ms,
+        });
         Ok(())
     }
 
@@ -211,12 +400,32 @@ impl Services {
         }
     }
 
-    /// A graceful stop, orchestrator first so that no call is in flight
+    /// Every orchestrator's counters over all its lives, into `tally`.
+    pub async fn read_counters(&self, tally: &mut Tally) {
+        let mut total = OrchestratorCounters::default();
+        for (p, earlier) in self.orchestrators.iter().zip(&self.earlier) {
+            total = total.plus(*earlier);
+            match p.metrics {
+                Some(addr) => match scrape::read(addr).await {
+                    Some(c) => total = total.plus(c),
+                    None => tally.counter_reads_missed += 1,
+                },
+                None => tally.counter_reads_missed += 1,
+            }
+        }
+        tally.counters = total;
+    }
+
+    /// A graceful stop, orchestrators first so that no call is in flight
     /// when the participants stop; returns what did not go cleanly.
     pub async fn stop(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
-        for role in [Role::Orchestrator, Role::Payment, Role::Inventory] {
-            let p = self.get(role);
+        let mut order: Vec<Target> = (0..self.orchestrators.len())
+            .map(Target::Orchestrator)
+            .collect();
+        order.extend([Target::Payment, Target::Inventory]);
+        for target in order {
+            let p = self.get(target);
             match p.terminate(Duration::from_secs(20)).await {
                 Ok(status) if status.success() => {}
                 Ok(status) => problems.push(format!(
@@ -231,44 +440,83 @@ impl Services {
     }
 }
 
+/// Instance `i`'s name: `orchestrator` alone, `orchestrator-<i+1>` among
+/// several.
+pub fn instance_name(instances: u32, i: usize) -> String {
+    if instances <= 1 {
+        "orchestrator".to_owned()
+    } else {
+        format!("orchestrator-{}", i + 1)
+    }
+}
+
+/// The `--instance-id` of the instance called `name`.
+pub fn instance_id(name: &str) -> String {
+    format!("chaos-{name}")
+}
+
 /// How long a participant call and a lease last, per store: the embedded
 /// stores answer in milliseconds; the MongoDB test server is a Python
 /// server whose transactions take tens of milliseconds under load, and a
 /// participant SIGKILLed inside one leaves its locks held for the server's
 /// transaction lifetime — a call timeout shorter than that would only pile
 /// up conflicting retries.
-struct Timing {
-    call_timeout_ms: u64,
-    lease_ttl_ms: u64,
+///
+/// The lease must outlast the orchestrator's longest gap between two saves
+/// (its start-up check): 2 s connect timeout + call timeout + twice the
+/// largest retry delay (backon's jitter).
+pub struct Timing {
+    pub call_timeout_ms: u64,
+    pub retry_max_delay_ms: u64,
+    pub lease_ttl_ms: u64,
+    /// Each instance's recovery sweep (one query of the saga store).
+    pub sweep_interval_ms: u64,
+    /// Deadline of the soak's own calls to the orchestrators (CreateOrder,
+    /// GetSaga, ListSagas): a slow store makes them slow too.
+    pub client_timeout: std::time::Duration,
 }
 
 impl Timing {
-    fn of(storage: &Storage) -> Timing {
+    pub fn of(storage: &Storage) -> Timing {
         match storage.label() {
+            // 2 000 + 500 + 2 × 500 = 3 500 < 4 000.
             None => Timing {
                 call_timeout_ms: 500,
-                lease_ttl_ms: 3_000,
+                retry_max_delay_ms: 500,
+                lease_ttl_ms: 4_000,
+                sweep_interval_ms: 200,
+                client_timeout: Duration::from_secs(5),
             },
+            // 2 000 + 5 000 + 2 × 1 000 = 9 000 < 10 000. The Python test
+            // server answers every query slowly under load: a sweep per
+            // second per instance, and patient clients.
             Some(_) => Timing {
                 call_timeout_ms: 5_000,
-                lease_ttl_ms: 15_000,
+                retry_max_delay_ms: 1_000,
+                lease_ttl_ms: 10_000,
+                sweep_interval_ms: 1_000,
+                client_timeout: Duration::from_secs(20),
             },
         }
     }
 }
 
-/// The orchestrator's flags (storage flags come after): short call
-/// timeouts and leases, many attempts, a fast recovery sweep; no console
-/// (it would take port 8080, and the soak reads the stores itself).
+/// An orchestrator's flags (storage flags come after): its instance id,
+/// short call timeouts and leases, many attempts, a fast recovery sweep;
+/// no console (it would take port 8080, and the soak reads the stores
+/// itself).
 fn orchestrator_args(
     orch: SocketAddr,
     payment: SocketAddr,
     inventory: SocketAddr,
-    timing: Timing,
+    instance_id: &str,
+    timing: &Timing,
 ) -> Vec<String> {
-    let (call_timeout, lease_ttl) = (
+    let (call_timeout, lease_ttl, max_delay, sweep) = (
         timing.call_timeout_ms.to_string(),
         timing.lease_ttl_ms.to_string(),
+        timing.retry_max_delay_ms.to_string(),
+        timing.sweep_interval_ms.to_string(),
     );
     [
         "serve",
@@ -279,17 +527,19 @@ fn orchestrator_args(
         "--inventory-addr",
         &format!("http://{inventory}"),
         "--instance-id",
-        "chaos-orchestrator",
+        instance_id,
         "--call-timeout-ms",
         &call_timeout,
         "--lease-ttl-ms",
         &lease_ttl,
+        "--retry-max-delay-ms",
+        &max_delay,
         "--action-attempts",
         "50",
         "--compensation-attempts",
         "10000",
         "--sweep-interval-ms",
-        "200",
+        &sweep,
         "--no-console",
     ]
     .iter()

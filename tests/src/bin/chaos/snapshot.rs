@@ -7,7 +7,7 @@ use bson::{Document, doc};
 use futures::TryStreamExt;
 use orchestrator::saga::Saga;
 use rusqlite::{Connection, OpenFlags};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// One operationHistory record (the fields the audit needs).
@@ -29,17 +29,23 @@ pub struct DeductLine {
     pub status: String,
 }
 
-/// Everything the audit reads.
+/// Everything the audit reads: every stored row, as stored — nothing is
+/// keyed or deduplicated here, so a second row under one key (which the
+/// unique indexes should make impossible) reaches the audit as a second
+/// row.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub sagas: Vec<Saga>,
-    /// (request_id, kind) → record.
-    pub payment_ops: HashMap<(String, String), Op>,
-    pub inventory_ops: HashMap<(String, String), Op>,
-    /// request_id → lines.
+    /// Every operationHistory row of payment-svc.
+    pub payment_ops: Vec<Op>,
+    /// Every operationHistory row of inventory-svc.
+    pub inventory_ops: Vec<Op>,
+    /// request_id → lines (every row).
     pub deduct_lines: HashMap<String, Vec<DeductLine>>,
-    pub balances: BTreeMap<String, i64>,
-    pub stock: BTreeMap<String, i64>,
+    /// Every accounts row: (customer, balance).
+    pub balances: Vec<(String, i64)>,
+    /// Every products row: (product, available).
+    pub stock: Vec<(String, i64)>,
 }
 
 fn open(path: &Path) -> Result<Connection, String> {
@@ -50,7 +56,7 @@ fn open(path: &Path) -> Result<Connection, String> {
     .map_err(|e| format!("open {} read-only: {e}", path.display()))
 }
 
-fn ops_sqlite(conn: &Connection) -> rusqlite::Result<HashMap<(String, String), Op>> {
+fn ops_sqlite(conn: &Connection) -> rusqlite::Result<Vec<Op>> {
     let mut stmt =
         conn.prepare("SELECT request_id, kind, subject, amount, status FROM operation_history")?;
     let rows = stmt.query_map([], |r| {
@@ -62,15 +68,10 @@ fn ops_sqlite(conn: &Connection) -> rusqlite::Result<HashMap<(String, String), O
             status: r.get(4)?,
         })
     })?;
-    let mut out = HashMap::new();
-    for op in rows {
-        let op = op?;
-        out.insert((op.request_id.clone(), op.kind.clone()), op);
-    }
-    Ok(out)
+    rows.collect()
 }
 
-fn pairs(conn: &Connection, sql: &str) -> rusqlite::Result<BTreeMap<String, i64>> {
+fn pairs(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<(String, i64)>> {
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
     rows.collect()
@@ -154,8 +155,8 @@ async fn all(db: &mongodb::Database, collection: &str) -> Result<Vec<Document>, 
         .map_err(|e| format!("{}.{collection}: {e}", db.name()))
 }
 
-async fn ops_mongo(db: &mongodb::Database) -> Result<HashMap<(String, String), Op>, String> {
-    let mut out = HashMap::new();
+async fn ops_mongo(db: &mongodb::Database) -> Result<Vec<Op>, String> {
+    let mut out = Vec::new();
     for d in all(db, participant_kit::mongo::COLLECTION).await? {
         let op = Op {
             request_id: text(&d, "request_id")?,
@@ -164,7 +165,7 @@ async fn ops_mongo(db: &mongodb::Database) -> Result<HashMap<(String, String), O
             amount: int(&d, "amount")?,
             status: text(&d, "status")?,
         };
-        out.insert((op.request_id.clone(), op.kind.clone()), op);
+        out.push(op);
     }
     Ok(out)
 }
@@ -184,12 +185,12 @@ pub async fn read_mongo(
     snap.payment_ops = ops_mongo(&pay).await?;
     for d in all(&pay, "accounts").await? {
         snap.balances
-            .insert(text(&d, "_id")?, int(&d, "balance_cents")?);
+            .push((text(&d, "_id")?, int(&d, "balance_cents")?));
     }
     let inv = client.database(inventory);
     snap.inventory_ops = ops_mongo(&inv).await?;
     for d in all(&inv, "products").await? {
-        snap.stock.insert(text(&d, "_id")?, int(&d, "available")?);
+        snap.stock.push((text(&d, "_id")?, int(&d, "available")?));
     }
     for d in all(&inv, "deduct_lines").await? {
         snap.deduct_lines
@@ -212,4 +213,40 @@ pub async fn read_mongo(
         snap.sagas.push(saga);
     }
     Ok(snap)
+}
+
+/// Not-terminal sagas whose lease names `owner`, read from the SQLite saga
+/// store while the orchestrators run.
+pub fn leased_to_sqlite(dir: &Path, owner: &str) -> Result<Vec<String>, String> {
+    let conn = open(&dir.join("orchestrator.db"))?;
+    let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
+    let mut stmt = conn
+        .prepare(
+            "SELECT saga_id FROM sagas WHERE status IN ('running', 'compensating') AND lease_owner = ?1",
+        )
+        .map_err(|e| format!("orchestrator sagas: {e}"))?;
+    let rows = stmt
+        .query_map([owner], |r| r.get::<_, String>(0))
+        .map_err(|e| format!("orchestrator sagas: {e}"))?;
+    rows.collect::<Result<_, _>>()
+        .map_err(|e| format!("orchestrator sagas: {e}"))
+}
+
+/// Not-terminal sagas whose lease names `owner`, on MongoDB.
+pub async fn leased_to_mongo(
+    client: &mongodb::Client,
+    db: &str,
+    owner: &str,
+) -> Result<Vec<String>, String> {
+    let docs: Vec<Document> = client
+        .database(db)
+        .collection::<Document>("sagas")
+        .find(doc! { "status": { "$in": ["running", "compensating"] }, "lease_owner": owner })
+        .projection(doc! { "_id": 1 })
+        .await
+        .map_err(|e| format!("{db}.sagas: {e}"))?
+        .try_collect()
+        .await
+        .map_err(|e| format!("{db}.sagas: {e}"))?;
+    docs.iter().map(|d| text(d, "_id")).collect()
 }

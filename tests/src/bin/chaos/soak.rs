@@ -1,23 +1,25 @@
 //! One soak, phase by phase: storage, start, seed, drive with the kill
-//! schedule, settle (faults off, every saga terminal), stop, audit, report,
-//! checks. Each phase is a function; [`Outcome`] carries what they found to
-//! the report and the checks.
+//! schedule, the contention races, settle (faults off, every saga
+//! terminal), stop, manifest, audit, report, checks. Each phase is a
+//! function; [`Outcome`] carries what they found to the report and the
+//! checks. [`audit_only`] runs the audit alone on a kept run.
 
-use crate::args::Args;
+use crate::args::{Args, Backend};
 use crate::audit::{self, Figures, Finding};
 use crate::checks::Checks;
 use crate::cluster::channel;
-use crate::drive::{self, Drive, Initial, OrderSpec};
+use crate::contention::{self, Plan};
+use crate::drive::{self, Drive, Initial, Orders};
 use crate::faults::{self, FaultCounts};
+use crate::manifest::{self, Manifest};
 use crate::report;
 use crate::schedule;
-use crate::services::{Services, Tally};
+use crate::services::{Services, Tally, instance_id, instance_name};
 use crate::storage::Storage;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use saga_proto::saga::v1 as pb;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -27,20 +29,23 @@ use std::time::{Duration, Instant};
 pub struct Outcome {
     pub seed: u64,
     /// The MongoDB target's label (MongoDB backend only).
-    pub storage_label: Option<&'static str>,
+    pub storage_label: Option<String>,
     pub drive: Arc<Drive>,
-    /// Accepted orders: index → (spec, saga id).
-    pub orders: BTreeMap<usize, (OrderSpec, String)>,
+    /// Accepted orders (the drive's, then the contention phase's).
+    pub orders: Orders,
     pub tally: Tally,
     /// Injected faults of both participants together.
     pub faults: FaultCounts,
     pub drive_secs: f64,
+    /// The contention phase, when there was one.
+    pub contention: Option<contention::Phase>,
     pub settle_secs: f64,
     /// Sagas still not terminal when the settle phase ended.
     pub stuck: Vec<pb::Saga>,
     pub stop_problems: Vec<String>,
     pub findings: Vec<Finding>,
     pub figures: Figures,
+    pub lease_ttl_ms: u64,
 }
 
 impl Outcome {
@@ -48,6 +53,16 @@ impl Outcome {
     pub fn duplicates(&self) -> u64 {
         self.drive.duplicates_sent.load(Ordering::Relaxed)
     }
+}
+
+/// The run's seed: `--seed`, else from the clock.
+fn seed_of(args: &Args) -> u64 {
+    args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() % 1_000_000)
+            .unwrap_or(1)
+    })
 }
 
 /// The whole soak; every check lands in `checks`. An error means the run
@@ -58,12 +73,7 @@ pub async fn run(
     work: &Path,
     checks: &mut Checks,
 ) -> Result<(), String> {
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() % 1_000_000)
-            .unwrap_or(1)
-    });
+    let seed = seed_of(args);
     let mut rng = StdRng::seed_from_u64(seed);
     std::fs::create_dir_all(work.join("logs")).map_err(|e| format!("{}: {e}", work.display()))?;
     let run_tag = format!("{seed}_{}", std::process::id());
@@ -71,38 +81,102 @@ pub async fn run(
     let storage = Storage::open(args.backend, work, &run_tag).await?;
     let mut svc = Services::new(args, bin_dir, work, &storage, seed)?;
     svc.start().await?;
-    let initial = seed_participants(args, &svc, &run_tag).await?;
+    let plan = Plan::new(args.contention_orders);
+    let initial = seed_participants(args, &svc, &run_tag, plan.as_ref()).await?;
 
     let mut tally = Tally::default();
     let drive_started = Instant::now();
-    let drive = schedule::drive_with_kills(args, seed, &mut rng, &mut svc, &mut tally).await?;
+    let drive =
+        schedule::drive_with_kills(args, seed, &mut rng, &mut svc, &storage, &mut tally).await?;
     let drive_secs = drive_started.elapsed().as_secs_f64();
     report_drive(args, &drive, drive_secs);
+    let mut orders = drive.orders.lock().expect("lock").clone();
+    let phase = match &plan {
+        Some(plan) => Some(contend(args, seed, plan, &svc, &mut orders).await?),
+        None => None,
+    };
     let (stuck, settle_secs) = settle(args, seed, &mut svc, &mut tally).await?;
     svc.read_faults(&mut tally).await;
+    svc.read_counters(&mut tally).await;
     let stop_problems = svc.stop().await;
 
     let snapshot = storage.snapshot().await?;
-    let orders = drive.orders.lock().expect("lock").clone();
-    let (findings, figures) = audit::check(&snapshot, &orders, &initial);
+    let run = Manifest {
+        seed,
+        backend: format!("{:?}", args.backend).to_lowercase(),
+        instances: (0..args.orchestrators as usize)
+            .map(|i| instance_id(&instance_name(args.orchestrators, i)))
+            .collect(),
+        stores: storage.stores().clone(),
+        initial,
+        orders: orders.clone(),
+        contention: plan.map(|plan| manifest::Contention {
+            orders: phase
+                .iter()
+                .flat_map(|p| &p.orders)
+                .map(|(a, race)| (a.spec.request_id.clone(), *race))
+                .collect(),
+            plan,
+        }),
+        kills: tally.orchestrator_kill_log.clone(),
+        counters: tally.counters,
+    };
+    run.write(work)?;
+    let (findings, figures) = audit::check(&snapshot, &run);
     let outcome = Outcome {
         seed,
-        storage_label: storage.label(),
+        storage_label: storage.label().map(str::to_owned),
         faults: tally.all_faults(),
         drive,
         orders,
         tally,
         drive_secs,
+        contention: phase,
         settle_secs,
         stuck,
         stop_problems,
         findings,
         figures,
+        lease_ttl_ms: svc.timing.lease_ttl_ms,
     };
     report::print(args, &outcome);
     checks.judge(args, &outcome);
-    if checks.failed == 0 {
+    if checks.failed == 0 && args.work_dir.is_none() && !args.keep_work_dir {
         storage.drop_databases().await;
+    }
+    Ok(())
+}
+
+/// `--audit-only`: the store checks of a kept run, from its manifest and
+/// its stores as they are now.
+pub async fn audit_only(work: &Path, checks: &mut Checks) -> Result<(), String> {
+    let run = Manifest::read(work)?;
+    println!(
+        "chaos: auditing the kept run in {} (seed {}, backend {}, {} orchestrator instance(s), {} orders, {} orchestrator kill(s))",
+        work.display(),
+        run.seed,
+        run.backend,
+        run.instances.len(),
+        run.orders.len(),
+        run.kills.len()
+    );
+    let storage = Storage::reopen(run.stores.clone(), work).await?;
+    let snapshot = storage.snapshot().await?;
+    let (findings, figures) = audit::check(&snapshot, &run);
+    println!(
+        "  stores: {} sagas ({} completed, {} cancelled, {} failed, {} other), {} payment + {} inventory operationHistory rows, {} takeovers in the histories",
+        snapshot.sagas.len(),
+        figures.completed,
+        figures.cancelled,
+        figures.failed,
+        figures.other,
+        figures.op_rows.0,
+        figures.op_rows.1,
+        figures.takeovers
+    );
+    println!("== checks (stores only; what happened during the run is not judged again)");
+    for finding in &findings {
+        checks.problems(&finding.name, &finding.problems);
     }
     Ok(())
 }
@@ -110,13 +184,21 @@ pub async fn run(
 /// The run's settings, first thing in the output.
 fn introduce(args: &Args, seed: u64, bin_dir: &Path, work: &Path) {
     println!(
-        "chaos: seed {seed}, {} sagas, concurrency {}, {} orchestrator kill(s), {} restart(s) per participant, backend {:?}",
+        "chaos: seed {seed}, {} sagas, concurrency {}, {} orchestrator instance(s), {} orchestrator kill(s), {} restart(s) per participant, {} contention orders, backend {:?}",
         args.sagas,
         args.concurrency,
+        args.orchestrators,
         args.orchestrator_kills,
         args.participant_restarts,
+        args.contention_orders,
         args.backend
     );
+    if args.orchestrators > 1 && args.backend == Backend::Embedded {
+        println!(
+            "chaos: {} orchestrator processes share one SQLite saga store (WAL; each write a BEGIN IMMEDIATE transaction with a 5 s busy timeout; saga writes conditional on the version read)",
+            args.orchestrators
+        );
+    }
     println!(
         "chaos: faults transient {} drop-reply {} refusal {} latency 0..={} ms; settle {} s",
         args.transient_rate,
@@ -130,8 +212,13 @@ fn introduce(args: &Args, seed: u64, bin_dir: &Path, work: &Path) {
 }
 
 /// Seeds the balances and stock the run's orders are planned against.
-async fn seed_participants(args: &Args, svc: &Services, run_tag: &str) -> Result<Initial, String> {
-    let initial = drive::plan_initial(args.sagas);
+async fn seed_participants(
+    args: &Args,
+    svc: &Services,
+    run_tag: &str,
+    plan: Option<&Plan>,
+) -> Result<Initial, String> {
+    let initial = drive::plan_initial(args.sagas, plan);
     drive::seed(
         &initial,
         channel(svc.payment.addr, Duration::from_secs(5)),
@@ -159,6 +246,46 @@ fn report_drive(args: &Args, drive: &Drive, drive_secs: f64) {
     );
 }
 
+/// The contention races, with injected refusals off; their accepted orders
+/// join `orders` (after the drive's).
+async fn contend(
+    args: &Args,
+    seed: u64,
+    plan: &Plan,
+    svc: &Services,
+    orders: &mut Orders,
+) -> Result<contention::Phase, String> {
+    for p in [&svc.payment, &svc.inventory] {
+        if !faults::without_refusals(p.addr, args, seed).await {
+            return Err(format!("SetFaults (no refusals) on {} failed", p.name()));
+        }
+    }
+    println!(
+        "chaos: contention: {} orders at once across {} instance(s) for the last {} unit(s) of {} and the last {} cents of {} (injected refusals off)",
+        plan.stock_orders + plan.money_orders,
+        svc.orchestrators.len(),
+        plan.stock_units,
+        contention::LAST_SKU,
+        plan.balance_cents,
+        contention::LAST_CUSTOMER
+    );
+    let channels: Vec<_> = svc
+        .orchestrator_addrs()
+        .into_iter()
+        .map(|a| channel(a, svc.timing.client_timeout))
+        .collect();
+    let phase = contention::run(plan, seed, &channels, Duration::from_secs(args.settle_secs)).await;
+    for (j, (accepted, _)) in phase.orders.iter().enumerate() {
+        orders.insert(args.sagas + j, accepted.clone());
+    }
+    println!(
+        "chaos: contention done: {} accepted in {:.1} s",
+        phase.orders.len(),
+        phase.secs
+    );
+    Ok(phase)
+}
+
 /// Faults off, then waits up to `--settle-secs` for every saga to become
 /// terminal (reviving services that die meanwhile). Returns the sagas still
 /// open and how long it took.
@@ -179,16 +306,23 @@ async fn settle(
         "chaos: faults stopped; waiting up to {} s for every saga to become terminal",
         args.settle_secs
     );
-    let mut sagas = SagaServiceClient::new(channel(svc.orchestrator.addr, Duration::from_secs(5)));
+    let mut clients: Vec<_> = svc
+        .orchestrator_addrs()
+        .into_iter()
+        .map(|a| SagaServiceClient::new(channel(a, svc.timing.client_timeout)))
+        .collect();
     let open_statuses = [pb::SagaStatus::Running, pb::SagaStatus::Compensating];
+    let mut at = 0;
     let stuck = loop {
         svc.revive(tally).await?;
-        let open = match saga_tests::saga_list::sagas_in(&mut sagas, &open_statuses, 1_000).await {
+        let client = &mut clients[at % svc.orchestrators.len()];
+        let open = match saga_tests::saga_list::sagas_in(client, &open_statuses, 1_000).await {
             Ok(open) => open,
             Err(e) if started.elapsed() >= limit => {
                 return Err(format!("ListSagas keeps failing: {e}"));
             }
             Err(_) => {
+                at += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }

@@ -9,6 +9,7 @@ use crate::args::Backend;
 use crate::cluster::Role;
 use crate::snapshot::{self, Snapshot};
 use saga_tests::mongo_server::{self, MongoServer, ServerOptions};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Where the services keep their state, and the MongoDB test server that
@@ -16,10 +17,13 @@ use std::path::{Path, PathBuf};
 pub struct Storage {
     stores: Stores,
     _server: Option<MongoServer>,
+    /// A client for reads during the run (MongoDB only), made on first use.
+    client: tokio::sync::OnceCell<mongodb::Client>,
 }
 
 /// The three stores.
-enum Stores {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Stores {
     Embedded {
         payment: PathBuf,
         inventory: PathBuf,
@@ -27,7 +31,10 @@ enum Stores {
     },
     Mongo {
         uri: String,
-        label: &'static str,
+        label: String,
+        /// Where the test server this run started keeps its data (None on
+        /// `MONGODB_URI`): `--audit-only` starts it again there.
+        server_storage: Option<PathBuf>,
         payment: String,
         inventory: String,
         orchestrator: String,
@@ -49,19 +56,22 @@ impl Storage {
             return Ok(Storage {
                 stores,
                 _server: None,
+                client: Default::default(),
             });
         }
-        let (uri, label, server) = match mongo_server::external_uri() {
-            Some(uri) => (uri, "real MongoDB (MONGODB_URI)", None),
+        let (uri, label, server, server_storage) = match mongo_server::external_uri() {
+            Some(uri) => (uri, "real MongoDB (MONGODB_URI)", None, None),
             None => {
-                let server = start_server(work).await?;
-                (server.uri(), server.label(), Some(server))
+                let path = work.join("mongo-data");
+                let server = start_server(work, path.clone()).await?;
+                (server.uri(), server.label(), Some(server), Some(path))
             }
         };
         println!("chaos: storage {label} at {}", mongo_client::redact(&uri));
         let stores = Stores::Mongo {
             uri,
-            label,
+            label: label.to_owned(),
+            server_storage,
             payment: format!("chaos_{run_tag}_payment"),
             inventory: format!("chaos_{run_tag}_inventory"),
             orchestrator: format!("chaos_{run_tag}_orchestrator"),
@@ -69,14 +79,81 @@ impl Storage {
         Ok(Storage {
             stores,
             _server: server,
+            client: Default::default(),
         })
     }
 
+    /// The stores of a kept run described by `stores` (its manifest's), for
+    /// `--audit-only`: the SQLite files as they are, or the MongoDB
+    /// databases — on the test server started again on its kept data
+    /// directory, or on the URI the run used.
+    pub async fn reopen(stores: Stores, work: &Path) -> Result<Storage, String> {
+        let (stores, server) = match stores {
+            // The work dir may have been moved or copied: its own data.
+            Stores::Embedded { .. } => return Storage::open(Backend::Embedded, work, "").await,
+            Stores::Mongo {
+                server_storage: Some(_),
+                label,
+                payment,
+                inventory,
+                orchestrator,
+                ..
+            } => {
+                let path = work.join("mongo-data");
+                let server = start_server(work, path.clone()).await?;
+                let stores = Stores::Mongo {
+                    uri: server.uri(),
+                    label,
+                    server_storage: Some(path),
+                    payment,
+                    inventory,
+                    orchestrator,
+                };
+                (stores, Some(server))
+            }
+            other => (other, None),
+        };
+        Ok(Storage {
+            stores,
+            _server: server,
+            client: Default::default(),
+        })
+    }
+
+    /// What the manifest records to find the stores again.
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
     /// The MongoDB target's label (MongoDB only).
-    pub fn label(&self) -> Option<&'static str> {
+    pub fn label(&self) -> Option<&str> {
         match &self.stores {
             Stores::Embedded { .. } => None,
             Stores::Mongo { label, .. } => Some(label),
+        }
+    }
+
+    /// The sagas (ids) not terminal whose lease names `owner`, read from
+    /// the saga store while the services run (SQLite read-only beside the
+    /// writers, which WAL allows; MongoDB by the indexed status).
+    pub async fn leased_to(&self, owner: &str) -> Result<Vec<String>, String> {
+        match &self.stores {
+            Stores::Embedded { orchestrator, .. } => {
+                snapshot::leased_to_sqlite(orchestrator, owner)
+            }
+            Stores::Mongo {
+                uri, orchestrator, ..
+            } => {
+                let client = self
+                    .client
+                    .get_or_try_init(|| async {
+                        mongodb::Client::with_uri_str(uri)
+                            .await
+                            .map_err(|e| format!("connect: {e}"))
+                    })
+                    .await?;
+                snapshot::leased_to_mongo(client, orchestrator, owner).await
+            }
         }
     }
 
@@ -155,16 +232,18 @@ fn pick<T>(role: Role, payment: T, inventory: T, orchestrator: T) -> T {
 /// transactionLifetimeLimitSeconds of the soak's test server.
 pub const TRANSACTION_LIFETIME_SECONDS: u32 = 5;
 
-/// The MongoDB test server, logging to `work/logs/secantusdb.log`, with a
+/// The MongoDB test server on `storage_path` (in the work dir, so a kept
+/// run can be audited again), logging to `work/logs/secantusdb.log`, with a
 /// short transaction lifetime: the soak SIGKILLs participants, and a
 /// participant killed inside a transaction leaves its locks held that long
 /// (as on mongod, whose compose set-up shortens it the same way).
-async fn start_server(work: &Path) -> Result<MongoServer, String> {
+async fn start_server(work: &Path, storage_path: PathBuf) -> Result<MongoServer, String> {
     let options = ServerOptions {
         log: Some(
             work.join("logs")
                 .join(format!("{}.log", mongo_server::NAME)),
         ),
+        storage_path: Some(storage_path),
         transaction_lifetime_seconds: Some(TRANSACTION_LIFETIME_SECONDS),
         ..ServerOptions::default()
     };
