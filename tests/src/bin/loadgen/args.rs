@@ -70,9 +70,17 @@ pub struct Args {
     pub keep_data: bool,
     /// Calls in flight at once (default 64; smoke 16; single 1). On the
     /// MongoDB test server (a Python server, the bottleneck) the defaults
-    /// are 8 and 4: more only adds write-conflict retries.
-    #[arg(short = 'c', long)]
-    pub concurrency: Option<usize>,
+    /// are 8 and 4: more only adds write-conflict retries. A list
+    /// (`1,4,16,64,256`) is a sweep: one measured phase per concurrency,
+    /// against the same stack, each `--duration` long (default 5 s).
+    #[arg(short = 'c', long, value_delimiter = ',', num_args = 1..)]
+    pub concurrency: Vec<usize>,
+    /// Where a sweep writes its figures as JSON (default `loadgen-sweep.json`).
+    #[arg(long)]
+    pub sweep_json: Option<PathBuf>,
+    /// Where a sweep draws its latency-versus-throughput plot (SVG).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Measure this many sagas (default: --duration 10).
     #[arg(short = 'n', long, conflicts_with = "duration")]
     pub sagas: Option<u64>,

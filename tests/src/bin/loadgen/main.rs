@@ -19,6 +19,7 @@
 //! ./target/release/loadgen --single                      # sequential single-saga latency
 //! ./target/release/loadgen --backend mongo --smoke
 //! ./target/release/loadgen --durability power-loss --duration 5
+//! ./target/release/loadgen --concurrency 1,4,16,64,256 --plot docs/sweep.svg  # sweep
 //! ```
 //!
 //! Besides the human-readable report, one line `loadgen-json: {...}` carries
@@ -36,7 +37,9 @@
 //! - [`check`]: the store check and the money/stock audit afterwards.
 //! - [`procs`]: memory and CPU of the watched processes.
 //! - [`run`]: the stages in order; [`report`]: the verdict, the report and
-//!   the JSON line.
+//!   the JSON line (CPU µs per saga per process; on MongoDB, commands per
+//!   saga per service from [`scrape`]).
+//! - [`sweep`]: `--concurrency 1,4,16,64,256`, its table, JSON and SVG plot.
 
 mod args;
 mod catalog;
@@ -45,7 +48,9 @@ mod plan;
 mod procs;
 mod report;
 mod run;
+mod scrape;
 mod stack;
+mod sweep;
 mod tally;
 mod workload;
 

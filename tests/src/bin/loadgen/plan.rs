@@ -7,6 +7,7 @@ use crate::catalog::Mix;
 use crate::procs::{self, Watched};
 use crate::stack::{self, SpawnConfig};
 use saga_tests::mongo_server;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// What kind of run.
@@ -106,6 +107,13 @@ pub struct Plan {
     /// Run id: prefix of every name the run creates.
     pub run: String,
     pub admin_token: Option<String>,
+    /// `--concurrency` with several values: one measured level each (empty:
+    /// a single run at `concurrency`).
+    pub sweep: Vec<usize>,
+    /// Where the sweep's JSON goes.
+    pub sweep_json: PathBuf,
+    /// Where the sweep's SVG plot goes, if anywhere.
+    pub plot: Option<PathBuf>,
 }
 
 /// Checks the flags and resolves the defaults.
@@ -114,8 +122,30 @@ pub fn plan(args: Args) -> Result<Plan, String> {
     let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
     let stand_in = mongo && mongo_server::external_uri().is_none();
     let defaults = mode.defaults(stand_in);
-    let concurrency = concurrency(mode, args.concurrency, defaults.concurrency)?;
-    let amount = amount(args.sagas, args.duration, defaults.amount)?;
+    let sweep = if args.concurrency.len() > 1 {
+        if mode != Mode::Full {
+            return Err(
+                "a --concurrency list (a sweep) is for full runs, not --smoke or --single".into(),
+            );
+        }
+        for c in &args.concurrency {
+            concurrency(mode, Some(*c), defaults.concurrency)?;
+        }
+        args.concurrency.clone()
+    } else {
+        Vec::new()
+    };
+    let concurrency = concurrency(
+        mode,
+        args.concurrency.iter().copied().max(),
+        defaults.concurrency,
+    )?;
+    let default_amount = if sweep.is_empty() {
+        defaults.amount
+    } else {
+        Amount::Seconds(5.0)
+    };
+    let amount = amount(args.sagas, args.duration, default_amount)?;
     let warmup = args.warmup.unwrap_or(defaults.warmup);
     if !(0.0..=3600.0).contains(&warmup) {
         return Err(format!(
@@ -145,6 +175,11 @@ pub fn plan(args: Args) -> Result<Plan, String> {
     };
     let (floor, call_timeout) = (!args.no_floor, args.call_timeout_ms.max(1));
     let admin_token = args.admin_token.clone();
+    let sweep_json = args
+        .sweep_json
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("loadgen-sweep.json"));
+    let plot = args.plot.clone();
     let (spawn, addrs) = target(args, &pids, &run)?;
     Ok(Plan {
         mode,
@@ -165,6 +200,9 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         call_timeout: Duration::from_millis(call_timeout),
         run,
         admin_token,
+        sweep,
+        sweep_json,
+        plot,
     })
 }
 

@@ -22,6 +22,15 @@ pub fn failures(plan: &Plan, out: &Outcome) -> Vec<String> {
             ));
         }
     }
+    for p in &out.sweep {
+        let problems: u64 = p.tallies().map(Tally::problems).sum();
+        if problems > 0 {
+            why.push(format!(
+                "sweep level {}: {problems} errors, stuck, FAILED, mix mismatches or duplicates",
+                p.concurrency
+            ));
+        }
+    }
     match &out.saga {
         Some(t) if t.ok == 0 && out.fatal.is_none() => why.push("no saga finished".into()),
         Some(t) => {
@@ -68,6 +77,9 @@ pub fn print(plan: &Plan, out: &Outcome, why: &[String]) {
     outcomes(plan, out);
     store_and_audit(out);
     resources(out);
+    mongo_commands(out);
+    crate::sweep::print(out);
+    crate::sweep::write(plan, out);
     verdict(out, why);
     println!("loadgen-json: {}", json(plan, out, why));
 }
@@ -241,6 +253,71 @@ fn resources(out: &Outcome) {
         "cpu seconds saga|floor phase ({cores} cores; loadgen competes with the services): {}",
         cpu_parts.join(", ")
     );
+    let sagas = out.saga.as_ref().map_or(0, |t| t.ok);
+    let pairs = out.floor.as_ref().map_or(0, |t| t.ok);
+    if sagas == 0 {
+        return;
+    }
+    println!(
+        "{:<16} {:>16} {:>22}",
+        "cpu µs per", "saga (saga phase)", "pair (floor phase)"
+    );
+    for p in &out.procs {
+        let us = |cpu, n| per_us(cpu, n).map_or("-".to_owned(), |v| format!("{v:.0}"));
+        println!(
+            "{:<16} {:>16} {:>22}",
+            p.name,
+            us(p.cpu_saga, sagas),
+            us(p.cpu_floor, pairs)
+        );
+    }
+}
+
+/// CPU µs per call from CPU seconds over `n` calls.
+fn per_us(cpu_s: Option<f64>, n: u64) -> Option<f64> {
+    crate::sweep::per_saga_us(cpu_s, n)
+}
+
+/// MongoDB commands per saga of the measured saga phase, per service and
+/// per command kind (MongoDB backend only).
+fn mongo_commands(out: &Outcome) {
+    let (Some(delta), Some(t)) = (&out.mongo_saga, &out.saga) else {
+        return;
+    };
+    if t.ok == 0 {
+        return;
+    }
+    let per = crate::scrape::per_saga(delta, t.ok);
+    let total: f64 = per.values().map(|(n, _)| n).sum();
+    println!(
+        "MongoDB commands per saga (from each service's mongodb_commands_total): {total:.2} in all"
+    );
+    for (service, (n, by_command)) in &per {
+        let kinds: Vec<String> = by_command
+            .iter()
+            .map(|(c, v)| format!("{c} {v:.2}"))
+            .collect();
+        println!("  {service:<14} {n:>6.2}  ({})", kinds.join(", "));
+    }
+}
+
+/// MongoDB commands per saga as JSON: per service, `total` and `by_command`.
+pub fn mongo_json(delta: &crate::scrape::Counts, sagas: u64) -> serde_json::Value {
+    let per = crate::scrape::per_saga(delta, sagas);
+    let total: f64 = per.values().map(|(n, _)| n).sum();
+    let services: serde_json::Map<String, serde_json::Value> = per
+        .into_iter()
+        .map(|(service, (n, by_command))| {
+            (
+                service,
+                serde_json::json!({
+                    "total": r3(n),
+                    "by_command": by_command.into_iter().map(|(c, v)| (c, serde_json::json!(r3(v)))).collect::<serde_json::Map<_, _>>(),
+                }),
+            )
+        })
+        .collect();
+    serde_json::json!({ "total": r3(total), "services": services })
 }
 
 /// Sample errors, then `result: ok` or one `FAIL:` line per failure.
@@ -298,7 +375,14 @@ fn json(plan: &Plan, out: &Outcome, why: &[String]) -> serde_json::Value {
             "peak_rss_mb": p.memory.map(|m| r3(m.peak_mb)),
             "cpu_s_saga": p.cpu_saga.map(r3),
             "cpu_s_floor": p.cpu_floor.map(r3),
+            "cpu_us_per_saga": per_us(p.cpu_saga, out.saga.as_ref().map_or(0, |t| t.ok)).map(|v| v.round()),
+            "cpu_us_per_floor_pair": per_us(p.cpu_floor, out.floor.as_ref().map_or(0, |t| t.ok)).map(|v| v.round()),
         })).collect::<Vec<_>>(),
+        "mongo_commands_per_saga": match (&out.mongo_saga, &out.saga) {
+            (Some(d), Some(t)) if t.ok > 0 => Some(mongo_json(d, t.ok)),
+            _ => None,
+        },
+        "sweep": (!out.sweep.is_empty()).then(|| crate::sweep::json(out)),
         "passed": why.is_empty(),
         "failures": why,
     })

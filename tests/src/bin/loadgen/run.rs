@@ -8,9 +8,12 @@ use crate::check::{self, Audit};
 use crate::plan::{Amount, Plan, Urls};
 use crate::procs::{self, Watched};
 use crate::report;
+use crate::scrape;
 use crate::stack::Stack;
+use crate::sweep;
 use crate::tally::Tally;
 use crate::workload::{self, Clients, Kind, Phase, Stop};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,12 @@ pub struct Outcome {
     pub audit: Option<Audit>,
     pub audit_skipped: Option<String>,
     pub procs: Vec<ProcReport>,
+    /// MongoDB commands sent during the measured saga phase, per service
+    /// and command (MongoDB backend only).
+    pub mongo_saga: Option<scrape::Counts>,
+    /// A sweep's levels, in the order run (empty unless `--concurrency`
+    /// was a list).
+    pub sweep: Vec<sweep::Point>,
     /// Why the run stopped early (error, timeout, signal).
     pub fatal: Option<String>,
     /// What was going on (for a timeout message).
@@ -52,11 +61,11 @@ pub struct Outcome {
 /// memory; a spawned stack is stopped when this returns (or is dropped).
 pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
     let mut stack = start_stack(plan, out).await?;
-    let (urls, mut watched) = match (&stack, &plan.addrs) {
-        (Some(s), _) => (s.urls(), s.watched()),
+    let (urls, mut watched, metrics) = match (&stack, &plan.addrs) {
+        (Some(s), _) => (s.urls(), s.watched(), s.metrics.clone()),
         (None, Some(addrs)) => {
             out.store = format!("running stack at {}", addrs.0);
-            (addrs.clone(), plan.pids.clone())
+            (addrs.clone(), plan.pids.clone(), Vec::new())
         }
         (None, None) => return Err("no stack to drive".into()),
     };
@@ -64,7 +73,7 @@ pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
         name: "loadgen".into(),
         pid: std::process::id(),
     });
-    let result = measure(plan, out, &watched, &urls).await;
+    let result = measure(plan, out, &watched, &metrics, &urls).await;
     out.procs = watched
         .iter()
         .enumerate()
@@ -126,8 +135,10 @@ async fn measure(
     plan: &Plan,
     out: &mut Outcome,
     watched: &[Watched],
-    (orchestrator, payment, inventory): &Urls,
+    metrics: &[SocketAddr],
+    urls: &Urls,
 ) -> Result<(), String> {
+    let (orchestrator, payment, inventory) = urls;
     out.procs = watched
         .iter()
         .map(|w| ProcReport {
@@ -153,7 +164,19 @@ async fn measure(
         items: plan.items,
     });
     seed(plan, out, &clients, &cat).await?;
-    let saga_ok = saga_phase(plan, out, &clients, &cat, watched).await;
+    if !plan.sweep.is_empty() {
+        let ctx = sweep::Context {
+            watched,
+            metrics,
+            urls,
+            cat: &cat,
+        };
+        sweep::run(plan, out, &ctx).await?;
+        out.stage = "the store check";
+        out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
+        return audit(out, &clients, &cat).await;
+    }
+    let saga_ok = saga_phase(plan, out, &clients, &cat, watched, metrics).await;
     out.stage = "the store check";
     out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
     if plan.floor && saga_ok > 0 {
@@ -187,6 +210,7 @@ async fn saga_phase(
     clients: &Clients,
     cat: &Arc<Catalog>,
     watched: &[Watched],
+    metrics: &[SocketAddr],
 ) -> u64 {
     out.stage = "saga phase";
     eprintln!("loadgen: saga phase");
@@ -195,10 +219,11 @@ async fn saga_phase(
         out.warmup = Some(workload::run_phase(clients, cat, &warm).await);
     }
     let measured = phase(plan, Kind::Saga, "m", measured(plan));
-    let (saga, cpu) = timed_phase(clients, cat, &measured, watched).await;
+    let (saga, cpu, mongo) = timed_phase(clients, cat, &measured, watched, metrics).await;
     for (p, c) in out.procs.iter_mut().zip(cpu) {
         p.cpu_saga = c;
     }
+    out.mongo_saga = mongo;
     let ok = saga.ok;
     out.saga = Some(saga);
     ok
@@ -224,7 +249,7 @@ async fn floor_phase(
         Amount::Seconds(_) => out.saga.as_ref().map_or(0, |t| t.ok),
     };
     let measured = phase(plan, Kind::Floor, "f", Stop::Count(pairs));
-    let (floor, cpu) = timed_phase(clients, cat, &measured, watched).await;
+    let (floor, cpu, _) = timed_phase(clients, cat, &measured, watched, &[]).await;
     for (p, c) in out.procs.iter_mut().zip(cpu) {
         p.cpu_floor = c;
     }
@@ -234,9 +259,11 @@ async fn floor_phase(
 /// The money/stock audit, when every call's outcome is known.
 async fn audit(out: &mut Outcome, clients: &Clients, cat: &Catalog) -> Result<(), String> {
     let tallies = [&out.warmup, &out.saga, &out.floor_warmup, &out.floor];
+    let levels = out.sweep.iter().flat_map(|p| p.tallies());
     let unknown: u64 = tallies
         .iter()
         .filter_map(|t| t.as_ref())
+        .chain(levels)
         .map(|t| t.errors + t.stuck)
         .sum();
     if unknown > 0 {
@@ -246,11 +273,13 @@ async fn audit(out: &mut Outcome, clients: &Clients, cat: &Catalog) -> Result<()
     let completed: u64 = [&out.warmup, &out.saga]
         .iter()
         .filter_map(|t| t.as_ref())
+        .chain(out.sweep.iter().flat_map(|p| p.saga_tallies()))
         .map(|t| t.completed)
         .sum();
     let pairs: u64 = [&out.floor_warmup, &out.floor]
         .iter()
         .filter_map(|t| t.as_ref())
+        .chain(out.sweep.iter().flat_map(|p| p.floor_tallies()))
         .map(|t| t.ok)
         .sum();
     out.stage = "the audit";
@@ -259,23 +288,34 @@ async fn audit(out: &mut Outcome, clients: &Clients, cat: &Catalog) -> Result<()
 }
 
 /// Runs a measured phase; also returns each watched process's CPU seconds
-/// during it.
-async fn timed_phase(
+/// during it and, when `metrics` names the services' Prometheus endpoints,
+/// the MongoDB commands they sent.
+pub async fn timed_phase(
     clients: &Clients,
     cat: &Arc<Catalog>,
     phase: &Phase,
     watched: &[Watched],
-) -> (Tally, Vec<Option<f64>>) {
+    metrics: &[SocketAddr],
+) -> (Tally, Vec<Option<f64>>, Option<scrape::Counts>) {
+    let commands_before = if metrics.is_empty() {
+        None
+    } else {
+        Some(scrape::snapshot(metrics).await)
+    };
     let before = procs::cpu_snapshot(watched);
     let tally = workload::run_phase(clients, cat, phase).await;
     let used = procs::cpu_used(&before, &procs::cpu_snapshot(watched));
-    (tally, used)
+    let commands = match commands_before {
+        Some(b) => Some(scrape::delta(&b, &scrape::snapshot(metrics).await)),
+        None => None,
+    };
+    (tally, used, commands)
 }
 
-fn phase(plan: &Plan, kind: Kind, tag: &'static str, stop: Stop) -> Phase {
+pub fn phase(plan: &Plan, kind: Kind, tag: &str, stop: Stop) -> Phase {
     Phase {
         kind,
-        tag,
+        tag: tag.to_owned(),
         concurrency: plan.concurrency,
         stop,
         mix: plan.mix,
@@ -284,12 +324,12 @@ fn phase(plan: &Plan, kind: Kind, tag: &'static str, stop: Stop) -> Phase {
 }
 
 /// `--warmup` seconds from now.
-fn warmup(plan: &Plan) -> Stop {
+pub fn warmup(plan: &Plan) -> Stop {
     Stop::Until(Instant::now() + Duration::from_secs_f64(plan.warmup))
 }
 
 /// The measured amount, from now.
-fn measured(plan: &Plan) -> Stop {
+pub fn measured(plan: &Plan) -> Stop {
     match plan.amount {
         Amount::Sagas(n) => Stop::Count(n),
         Amount::Seconds(t) => Stop::Until(Instant::now() + Duration::from_secs_f64(t)),

@@ -58,6 +58,9 @@ pub struct Stack {
     mongo: Option<MongoServer>,
     /// "embedded (SQLite)", the test server's label or "MongoDB at ...".
     pub store_label: String,
+    /// The services' Prometheus endpoints, served only on MongoDB (to count
+    /// commands per saga); embedded runs turn metrics off.
+    pub metrics: Vec<SocketAddr>,
     dir: Option<tempfile::TempDir>,
     pub dir_path: PathBuf,
 }
@@ -162,6 +165,7 @@ impl Stack {
             procs: Vec::new(),
             mongo: None,
             store_label: "embedded (SQLite)".to_owned(),
+            metrics: Vec::new(),
             dir: Some(dir),
             dir_path,
         };
@@ -190,6 +194,12 @@ impl Stack {
             .arg(&stack.inventory);
         stack.spawn("orchestrator", orchestrator)?;
         stack.wait_ready("orchestrator", deadline).await?;
+        if config.mongo {
+            stack.metrics = ports[3..6]
+                .iter()
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                .collect();
+        }
         // Report order: orchestrator, payment-svc, inventory-svc.
         stack
             .procs
@@ -373,7 +383,6 @@ fn service_command(
         .arg("--durability")
         .arg(config.durability)
         .env("RUST_LOG", "warn")
-        .env("NO_METRICS", "true")
         // The orchestrator's console would take port 8080; not measured.
         .env("NO_CONSOLE", "true")
         .env_remove("MONGODB_URI")
@@ -391,6 +400,13 @@ fn service_command(
         {
             cmd.env_remove(key);
         }
+    }
+    // Metrics cost CPU on every call: off, except on MongoDB, where the
+    // report counts each service's commands per saga from them.
+    if mongo_uri.is_some() {
+        cmd.env_remove("NO_METRICS");
+    } else {
+        cmd.env("NO_METRICS", "true");
     }
     match &config.admin_token {
         Some(token) => cmd.env("ADMIN_TOKEN", token),

@@ -176,7 +176,7 @@ pub enum Kind {
 pub struct Phase {
     pub kind: Kind,
     /// Short tag in request ids (unique per phase of a run).
-    pub tag: &'static str,
+    pub tag: String,
     pub concurrency: usize,
     pub stop: Stop,
     pub mix: Mix,
@@ -196,7 +196,7 @@ pub async fn run_phase(clients: &Clients, cat: &Arc<Catalog>, phase: &Phase) -> 
             inv: clients.inventories[w % clients.inventories.len()].clone(),
             cat: Arc::clone(cat),
             kind: phase.kind,
-            tag: phase.tag,
+            tag: phase.tag.clone(),
             mix: phase.mix,
             call_timeout: phase.call_timeout,
         };
@@ -224,7 +224,7 @@ struct Worker {
     inv: InventoryServiceClient<Channel>,
     cat: Arc<Catalog>,
     kind: Kind,
-    tag: &'static str,
+    tag: String,
     mix: Mix,
     call_timeout: Duration,
 }
