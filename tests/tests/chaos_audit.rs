@@ -345,4 +345,78 @@ fn the_audit_of_a_kept_run_fails_on_every_planted_defect() {
         "no saga advanced by two instances",
         &format!("saga {saga_id}: version"),
     );
+
+    // A balance off by one cent.
+    let dir = tmp.path().join("cent-off");
+    copy_run(&kept, &dir);
+    let pay = db(&dir, "payment");
+    pay.execute(
+        "UPDATE accounts SET balance_cents = balance_cents - 1 WHERE customer_id = 'chaos-customer-02'",
+        [],
+    )
+    .expect("plant the missing cent");
+    drop(pay);
+    audit_fails(
+        &dir,
+        "a balance off by one cent",
+        "money: initial − final balance",
+        "chaos-customer-02",
+    );
+
+    // A COMPLETED saga whose deduct is missing.
+    let dir = tmp.path().join("completed-without-deduct");
+    copy_run(&kept, &dir);
+    let orch = db(&dir, "orchestrator");
+    let saga_id: String = orch
+        .query_row(
+            "SELECT saga_id FROM sagas WHERE status = 'completed' ORDER BY saga_id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a completed saga");
+    drop(orch);
+    let inv = db(&dir, "inventory");
+    let deleted = inv
+        .execute(
+            "DELETE FROM operation_history WHERE request_id = ?1 AND kind = 'deduct'",
+            [format!("{saga_id}:inventory")],
+        )
+        .expect("remove the deduct");
+    assert_eq!(deleted, 1, "the completed saga had one deduct row");
+    drop(inv);
+    audit_fails(
+        &dir,
+        "a COMPLETED saga without its deduct",
+        "every COMPLETED order: exactly one effective charge and one effective deduction",
+        &format!("saga {saga_id}"),
+    );
+
+    // A restock with no deduct: a CANCELLED saga whose deduct was refused
+    // gets a restock that undid something.
+    let dir = tmp.path().join("restock-without-deduct");
+    copy_run(&kept, &dir);
+    let inv = db(&dir, "inventory");
+    let rid: String = inv
+        .query_row(
+            "SELECT request_id FROM operation_history WHERE kind = 'deduct' AND status = 'refused'
+             ORDER BY request_id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a refused deduct (the contention phase refuses some)");
+    inv.execute(
+        "INSERT INTO operation_history
+         SELECT request_id, 'restock', subject, amount, fingerprint, parameters, 'undone', detail, recorded_at_ms
+         FROM operation_history WHERE request_id = ?1 AND kind = 'deduct'",
+        [&rid],
+    )
+    .expect("plant the restock");
+    drop(inv);
+    let saga_id = rid.trim_end_matches(":inventory").to_owned();
+    audit_fails(
+        &dir,
+        "a restock with no deduct",
+        "every CANCELLED order nets to zero",
+        &format!("saga {saga_id}"),
+    );
 }
