@@ -58,22 +58,6 @@ impl Drop for Running {
     }
 }
 
-/// Chaos output quoted in a failure message, indented: its closing
-/// `chaos: N passed, M failed` line must not read as the test command's own.
-fn quoted(out: &str) -> String {
-    out.lines()
-        .map(|l| format!("    | {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The closing `chaos: N passed, M failed` line's failed count.
-fn failed_checks(out: &str) -> Option<u32> {
-    let last = out.lines().rev().find(|l| l.starts_with("chaos: "))?;
-    let failed = last.strip_suffix(" failed")?.rsplit(", ").next()?;
-    failed.parse().ok()
-}
-
 /// Runs chaos with `args`, its output in `log`; its exit success and output.
 fn run_chaos(args: &[&str], log: &Path, limit: Duration) -> (bool, String) {
     let out = fs::File::create(log).expect("log file");
@@ -95,7 +79,7 @@ fn run_chaos(args: &[&str], log: &Path, limit: Duration) -> (bool, String) {
         assert!(
             started.elapsed() < limit,
             "chaos {args:?} still running after {limit:?}; output so far:\n{}",
-            quoted(&fs::read_to_string(log).unwrap_or_default())
+            fs::read_to_string(log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -133,6 +117,13 @@ fn drop_unique_key(conn: &Connection) {
     .expect("rebuild operation_history without its key");
 }
 
+/// Whether the audit's closing line (`chaos: N passed, M failed`) says
+/// nothing failed. (Other lines may say "0 failed" of sagas.)
+fn audit_passed(out: &str) -> bool {
+    out.lines()
+        .any(|l| l.starts_with("chaos: ") && l.contains(" passed, ") && l.ends_with(", 0 failed"))
+}
+
 /// Audits the run in `dir`; asserts it fails with a FAIL line holding
 /// `check` and the detail `names` somewhere under it.
 fn audit_fails(dir: &Path, what: &str, check: &str, names: &str) {
@@ -141,24 +132,18 @@ fn audit_fails(dir: &Path, what: &str, check: &str, names: &str) {
         &dir.join("audit.log"),
         Duration::from_secs(60),
     );
-    assert!(!ok, "{what}: the audit passed\n{}", quoted(&out));
+    assert!(!ok, "{what}: the audit passed\n{out}");
     let failed: Vec<&str> = out.lines().filter(|l| l.contains("FAIL ")).collect();
     assert!(
         failed.iter().any(|l| l.contains(check)),
-        "{what}: no FAIL line names {check:?}\n{}",
-        quoted(&out)
+        "{what}: no FAIL line names {check:?}\n{out}"
     );
     assert!(
         out.lines()
             .any(|l| l.trim_start().starts_with("- ") && l.contains(names)),
-        "{what}: no offending case names {names:?}\n{}",
-        quoted(&out)
+        "{what}: no offending case names {names:?}\n{out}"
     );
-    assert!(
-        failed_checks(&out).is_some_and(|n| n > 0),
-        "{what}: the closing line counts no failed check\n{}",
-        quoted(&out)
-    );
+    assert!(!audit_passed(&out), "{what}\n{out}");
 }
 
 #[test]
@@ -179,16 +164,14 @@ fn the_audit_of_a_kept_run_fails_on_every_planted_defect() {
             "0",
             "--contention-orders",
             "8",
-            // No injected faults: the checks that they happened would
-            // depend on how 40 sagas draw them; the audit is the subject.
+            // Enough faults that a run this small surely meets each kind
+            // (the run checks that every injected kind happened).
             "--transient-rate",
-            "0",
+            "0.2",
             "--drop-reply-rate",
-            "0",
+            "0.2",
             "--refusal-rate",
-            "0",
-            "--latency-ms",
-            "0",
+            "0.1",
             "--seed",
             "1010",
             "--work-dir",
@@ -199,7 +182,7 @@ fn the_audit_of_a_kept_run_fails_on_every_planted_defect() {
         &tmp.path().join("chaos.log"),
         Duration::from_secs(240),
     );
-    assert!(ok, "the small run failed\n{}", quoted(&out));
+    assert!(ok, "the small run failed\n{out}");
     assert!(kept.join("chaos-run.json").is_file());
 
     // Unchanged, the kept run passes the audit: what fails below fails
@@ -211,8 +194,8 @@ fn the_audit_of_a_kept_run_fails_on_every_planted_defect() {
         &clean.join("audit.log"),
         Duration::from_secs(60),
     );
-    assert!(ok, "the untouched copy must pass\n{}", quoted(&out));
-    assert_eq!(failed_checks(&out), Some(0), "{}", quoted(&out));
+    assert!(ok, "the untouched copy must pass\n{out}");
+    assert!(audit_passed(&out), "{out}");
 
     // An applied charge recorded twice for one step.
     let dir = tmp.path().join("duplicate-charge");
@@ -361,5 +344,79 @@ fn the_audit_of_a_kept_run_fails_on_every_planted_defect() {
         "a version by an instance without a claim",
         "no saga advanced by two instances",
         &format!("saga {saga_id}: version"),
+    );
+
+    // A balance off by one cent.
+    let dir = tmp.path().join("cent-off");
+    copy_run(&kept, &dir);
+    let pay = db(&dir, "payment");
+    pay.execute(
+        "UPDATE accounts SET balance_cents = balance_cents - 1 WHERE customer_id = 'chaos-customer-02'",
+        [],
+    )
+    .expect("plant the missing cent");
+    drop(pay);
+    audit_fails(
+        &dir,
+        "a balance off by one cent",
+        "money: initial − final balance",
+        "chaos-customer-02",
+    );
+
+    // A COMPLETED saga whose deduct is missing.
+    let dir = tmp.path().join("completed-without-deduct");
+    copy_run(&kept, &dir);
+    let orch = db(&dir, "orchestrator");
+    let saga_id: String = orch
+        .query_row(
+            "SELECT saga_id FROM sagas WHERE status = 'completed' ORDER BY saga_id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a completed saga");
+    drop(orch);
+    let inv = db(&dir, "inventory");
+    let deleted = inv
+        .execute(
+            "DELETE FROM operation_history WHERE request_id = ?1 AND kind = 'deduct'",
+            [format!("{saga_id}:inventory")],
+        )
+        .expect("remove the deduct");
+    assert_eq!(deleted, 1, "the completed saga had one deduct row");
+    drop(inv);
+    audit_fails(
+        &dir,
+        "a COMPLETED saga without its deduct",
+        "every COMPLETED order: exactly one effective charge and one effective deduction",
+        &format!("saga {saga_id}"),
+    );
+
+    // A restock with no deduct: a CANCELLED saga whose deduct was refused
+    // gets a restock that undid something.
+    let dir = tmp.path().join("restock-without-deduct");
+    copy_run(&kept, &dir);
+    let inv = db(&dir, "inventory");
+    let rid: String = inv
+        .query_row(
+            "SELECT request_id FROM operation_history WHERE kind = 'deduct' AND status = 'refused'
+             ORDER BY request_id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a refused deduct (the contention phase refuses some)");
+    inv.execute(
+        "INSERT INTO operation_history
+         SELECT request_id, 'restock', subject, amount, fingerprint, parameters, 'undone', detail, recorded_at_ms
+         FROM operation_history WHERE request_id = ?1 AND kind = 'deduct'",
+        [&rid],
+    )
+    .expect("plant the restock");
+    drop(inv);
+    let saga_id = rid.trim_end_matches(":inventory").to_owned();
+    audit_fails(
+        &dir,
+        "a restock with no deduct",
+        "every CANCELLED order nets to zero",
+        &format!("saga {saga_id}"),
     );
 }
