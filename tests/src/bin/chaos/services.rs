@@ -308,6 +308,8 @@ impl Services {
         let killed_at_ms = service_kit::time::now_ms();
         tally.orchestrator_kills += 1;
         let number = tally.orchestrator_kills;
+        tokio::time::sleep(self.timing.drain_after_kill).await;
+        let p = &mut self.orchestrators[i];
         let in_flight = storage.leased_to(&instance).await.unwrap_or_else(|e| {
             tally
                 .event_problems
@@ -474,6 +476,11 @@ pub struct Timing {
     /// Deadline of the soak's own calls to the orchestrators (CreateOrder,
     /// GetSaga, ListSagas): a slow store makes them slow too.
     pub client_timeout: std::time::Duration,
+    /// How long after a SIGKILL the store may still apply writes the
+    /// victim had sent (a server works through the commands it received
+    /// before the client died); the sagas leased to the victim are read
+    /// after it. SQLite: none, the victim wrote in its own process.
+    pub drain_after_kill: std::time::Duration,
 }
 
 impl Timing {
@@ -486,6 +493,7 @@ impl Timing {
                 lease_ttl_ms: 4_000,
                 sweep_interval_ms: 200,
                 client_timeout: Duration::from_secs(5),
+                drain_after_kill: Duration::ZERO,
             },
             // 2 000 + 5 000 + 2 × 1 000 = 9 000 < 10 000. The Python test
             // server answers every query slowly under load: a sweep per
@@ -496,6 +504,7 @@ impl Timing {
                 lease_ttl_ms: 10_000,
                 sweep_interval_ms: 1_000,
                 client_timeout: Duration::from_secs(20),
+                drain_after_kill: Duration::from_secs(2),
             },
         }
     }
