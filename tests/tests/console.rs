@@ -9,7 +9,9 @@
 //! until it is terminal; a FAILED saga is retried from "Needs attention"
 //! with the admin token once its cause is fixed; and a customer id that is
 //! HTML shows as text. Screenshots of the list and of a saga page are
-//! written to `docs/` (the README shows them).
+//! taken every run; they are written to `docs/` (the README shows them)
+//! only with `UPDATE_SCREENSHOTS=1`, so a test run leaves the repository
+//! unchanged.
 //!
 //! Every wait polls the page for a condition, with a timeout; none sleeps
 //! for a fixed time.
@@ -274,10 +276,24 @@ async fn create_sagas(stack: &ConsoleStack) -> Sagas {
     }
 }
 
+/// Where a screenshot goes: `docs/` with `UPDATE_SCREENSHOTS=1`, else the
+/// system's temp dir.
 fn docs(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs")
-        .join(file)
+    if std::env::var("UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs")
+            .join(file)
+    } else {
+        std::env::temp_dir().join(format!("saga-{}-{file}", std::process::id()))
+    }
+}
+
+/// Removes a screenshot taken only to check it can be (not kept unless
+/// `UPDATE_SCREENSHOTS=1`).
+fn drop_unless_updating(shot: &Path) {
+    if !std::env::var("UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        let _ = std::fs::remove_file(shot);
+    }
 }
 
 /// The list's rows as `{saga_id: status}` once it shows `n` rows.
@@ -417,7 +433,9 @@ async fn a_person_follows_filters_and_retries_sagas_in_the_console() {
     b.open(&stack.url("/")).await;
     the_list_shows_every_saga_with_its_status_and_the_counts(&mut b, &sagas).await;
     html_in_a_customer_id_shows_as_text(&mut b, &sagas).await;
-    b.screenshot(&docs("console-list.png")).await;
+    let shot = docs("console-list.png");
+    b.screenshot(&shot).await;
+    drop_unless_updating(&shot);
     the_status_filter_and_the_search_narrow_the_list(&mut b, &sagas).await;
     the_api_answers_errors_as_json_with_their_status(&mut b, &sagas).await;
     the_api_pages_with_list_sagas_tokens(&mut b, &stack).await;
@@ -673,7 +691,9 @@ async fn retry_from_needs_attention_finishes_a_failed_saga(
     )
     .await;
     records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
-    b.screenshot(&docs("console-saga.png")).await;
+    let shot = docs("console-saga.png");
+    b.screenshot(&shot).await;
+    drop_unless_updating(&shot);
     let done = wait_terminal(stack.orchestrator.addr, &s.failed, Duration::from_secs(10)).await;
     assert_eq!(done.status(), pb::SagaStatus::Cancelled);
 }
