@@ -148,6 +148,23 @@ fn state(pid: libc::pid_t) -> State {
     }
 }
 
+/// A workspace binary (`payment-svc`, `orchestrator`, …) built beside the
+/// running test (target/<profile>/); panics naming the fix when missing.
+pub fn workspace_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let binary = dir.join(name);
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace (cargo test --workspace builds it)",
+        binary.display()
+    );
+    binary
+}
+
 /// The last `n` lines of a log file (none when it cannot be read).
 pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_default();

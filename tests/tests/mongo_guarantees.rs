@@ -132,22 +132,6 @@ async fn an_availability_stored_as_a_double_is_an_error_and_is_never_written_ove
     }
 }
 
-/// The payment-svc binary built beside this test (target/<profile>/).
-fn payment_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let binary = dir.join("payment-svc");
-    assert!(
-        binary.exists(),
-        "{} is missing: build the workspace (cargo test --workspace builds it)",
-        binary.display()
-    );
-    binary
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_server_is_refused_with_the_fix_named() {
     let Some(target) = mongo() else { return };
@@ -176,7 +160,7 @@ async fn a_standalone_server_is_refused_with_the_fix_named() {
     assert!(refused.to_string().contains("--replSet"), "{refused}");
 
     // The service itself exits non-zero, saying why.
-    let mut service = Command::new(payment_binary())
+    let mut service = Command::new(saga_tests::process::workspace_binary("payment-svc"))
         .args(["--listen", "127.0.0.1:0", "--mongodb-uri", &server.uri()])
         .env("NO_METRICS", "true")
         .env("RUST_LOG", "error")

@@ -30,23 +30,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::time::Instant;
 
-fn payment_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let binary = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("payment-svc");
-    assert!(
-        binary.exists(),
-        "{} is missing: build the workspace (cargo test --workspace builds it)",
-        binary.display()
-    );
-    binary
-}
-
 fn start_payment(addr: SocketAddr, uri: &str, database: &str) -> Child {
-    let mut cmd = Command::new(payment_binary());
+    let mut cmd = Command::new(saga_tests::process::workspace_binary("payment-svc"));
     cmd.args(["--listen", &addr.to_string(), "--mongodb-uri", uri])
         .args(["--mongodb-database", database, "--no-metrics"])
         .stdout(Stdio::null())

@@ -71,23 +71,13 @@ fn migrate(path: &Path) -> Result<(), DbError> {
     if !has_table {
         return Ok(());
     }
-    let has_lease: bool = conn.query_row(
-        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'lease_until_ms'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_lease {
+    if !has_column(&conn, "lease_until_ms")? {
         conn.execute_batch(
             "ALTER TABLE sagas ADD COLUMN lease_owner TEXT;
              ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
         )?;
     }
-    let has_customer: bool = conn.query_row(
-        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'customer_id'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_customer {
+    if !has_column(&conn, "customer_id")? {
         conn.execute_batch(
             "BEGIN;
              ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
@@ -95,12 +85,7 @@ fn migrate(path: &Path) -> Result<(), DbError> {
              COMMIT;",
         )?;
     }
-    let has_claimable: bool = conn.query_row(
-        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'claimable_after_ms'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_claimable {
+    if !has_column(&conn, "claimable_after_ms")? {
         conn.execute_batch(
             "BEGIN;
              ALTER TABLE sagas ADD COLUMN claimable_after_ms INTEGER NOT NULL DEFAULT 0;
@@ -111,6 +96,15 @@ fn migrate(path: &Path) -> Result<(), DbError> {
         )?;
     }
     Ok(())
+}
+
+/// Whether the `sagas` table has `column`.
+fn has_column(conn: &Connection, column: &str) -> Result<bool, rusqlite::Error> {
+    conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = ?1",
+        [column],
+        |r| r.get(0),
+    )
 }
 
 impl From<DbError> for StoreError {
