@@ -84,13 +84,19 @@ echo "chromedriver: $CHROMEDRIVER"
 # The console test drives that browser and must run, never skip, here.
 export CHROMEDRIVER REQUIRE_BROWSER=1
 
+stage="cargo build"
+# Tests that start the services as processes (chaos, kill -9, MongoDB
+# failpoints) need every binary; `cargo test` builds only the binaries of
+# packages that have integration tests, so build them all first.
+echo "== cargo build (every binary, for the tests that start them as processes)"
+cargo build --locked --workspace --bins --quiet
+
 stage="cargo test"
 echo "== cargo test (embedded stores and MongoDB)"
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
 
 stage="chaos soak"
 echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on both backends"
-cargo build --locked --workspace --bins --quiet
 for backend in embedded mongo; do
     stage="chaos soak ($backend)"
     run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \

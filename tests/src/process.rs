@@ -159,7 +159,7 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     let binary = dir.join(name);
     assert!(
         binary.exists(),
-        "{} is missing: build the workspace (cargo test --workspace builds it)",
+        "{} is missing: build every binary first (cargo build --workspace --bins; the test command does)",
         binary.display()
     );
     binary

@@ -16,33 +16,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The chaos binary cargo built for this test, and the service binaries it
-/// starts (built here when missing: `cargo test -p saga-tests` alone does
-/// not build other packages' binaries).
+/// The chaos binary cargo built for this test, after checking that the
+/// service binaries it starts are there (the test command builds every
+/// binary before `cargo test`; `cargo test -p saga-tests` alone does not).
 fn chaos() -> PathBuf {
     static READY: OnceLock<PathBuf> = OnceLock::new();
     READY
         .get_or_init(|| {
-            let chaos = PathBuf::from(env!("CARGO_BIN_EXE_chaos"));
-            let dir = chaos.parent().expect("bin dir").to_path_buf();
-            let services = ["orchestrator", "payment-svc", "inventory-svc"];
-            if services.iter().any(|s| !dir.join(s).is_file()) {
-                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-                let status = Command::new(cargo)
-                    .args([
-                        "build",
-                        "--bin",
-                        "orchestrator",
-                        "--bin",
-                        "payment-svc",
-                        "--bin",
-                        "inventory-svc",
-                    ])
-                    .status()
-                    .expect("run cargo build");
-                assert!(status.success(), "building the service binaries failed");
+            for service in ["orchestrator", "payment-svc", "inventory-svc"] {
+                process::workspace_binary(service);
             }
-            chaos
+            PathBuf::from(env!("CARGO_BIN_EXE_chaos"))
         })
         .clone()
 }
