@@ -18,6 +18,6 @@ pub mod errors;
 pub mod fields;
 pub mod monitor;
 
-pub use connect::{ConnectError, connect, index, redact};
+pub use connect::{ConnectError, collection_bytes, connect, index, redact, ttl_index};
 pub use errors::{DuplicateKey, ErrorClass, classify, duplicate_key};
 pub use fields::{NotAnInteger, integer};
