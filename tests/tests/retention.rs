@@ -363,3 +363,77 @@ fn a_participant_refuses_a_history_retention_below_the_minimum() {
         );
     }
 }
+
+/// Every stage name of an explain's winning plan, outermost first.
+fn stages(plan: &bson::Document) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut node = Some(plan);
+    while let Some(n) = node {
+        if let Ok(stage) = n.get_str("stage") {
+            out.push(stage.to_owned());
+        }
+        node = n.get_document("inputStage").ok();
+    }
+    out
+}
+
+/// The orchestrator's retention queries on MongoDB — the archive's scan of
+/// expired sagas, the oldest finished saga, the backfill of older
+/// documents, the delete of an archived saga (explained as the `find` of
+/// its filter: explain of `delete` is not reliable on the test server) —
+/// are each served by an index: an IXSCAN, no COLLSCAN, no SORT stage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mongo_retention_queries_are_served_by_an_index() {
+    use bson::doc;
+    let Some(target) = backends::mongo() else {
+        return;
+    };
+    let db = backends::fresh_database(&target, "plans").await;
+    let store = MongoSagaStore::open(db.clone()).await.expect("open");
+    let now = service_kit::time::now_ms();
+    for (i, status) in SagaStatus::ALL.into_iter().enumerate() {
+        store
+            .create(&saga_in(&format!("p{i}"), status, now))
+            .await
+            .expect("create");
+    }
+    let date = bson::DateTime::from_millis(now);
+    let queries = [
+        (
+            "expired",
+            doc! { "find": "sagas", "filter": { "expire_at": { "$lt": date } },
+            "sort": { "expire_at": 1 }, "limit": 500 },
+        ),
+        (
+            "oldest finished",
+            doc! { "find": "sagas", "filter": { "expire_at": { "$gte": bson::DateTime::from_millis(0) } },
+            "sort": { "expire_at": 1 }, "limit": 1 },
+        ),
+        (
+            "backfill",
+            doc! { "find": "sagas", "filter": { "expire_at": null, "status": "completed" },
+            "hint": "expire_at_ttl" },
+        ),
+        (
+            "delete archived",
+            doc! { "find": "sagas", "filter": { "_id": "p2", "expire_at": { "$gte": bson::DateTime::from_millis(0) } },
+            "hint": "_id_" },
+        ),
+    ];
+    for (what, find) in queries {
+        let explained = db
+            .run_command(doc! { "explain": find, "verbosity": "queryPlanner" })
+            .await
+            .expect("explain");
+        let plan = explained
+            .get_document("queryPlanner")
+            .and_then(|q| q.get_document("winningPlan"))
+            .expect("winningPlan");
+        let stages = stages(plan);
+        assert!(stages.iter().any(|s| s == "IXSCAN"), "{what}: {stages:?}");
+        assert!(
+            !stages.iter().any(|s| s == "COLLSCAN" || s == "SORT"),
+            "{what}: {stages:?}"
+        );
+    }
+}

@@ -307,6 +307,25 @@ mod tests {
     use super::*;
     use crate::store::Line;
 
+    /// The lines' purge deletes by the time index and the primary key: no
+    /// scan of the table, no sort in a temporary b-tree.
+    #[test]
+    fn the_lines_purge_is_planned_on_the_time_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {PURGE_LINES_SQL}"))
+            .unwrap()
+            .query_map(params![0, 10], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert!(plan.contains("deduct_lines_by_time"), "{plan}");
+        assert!(!plan.contains("SCAN deduct_lines"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
+
     fn open() -> (tempfile::TempDir, SqliteInventoryStore) {
         let dir = tempfile::tempdir().unwrap();
         let store =
