@@ -175,7 +175,15 @@ impl Purger for SagaPurger {
     }
 
     fn stats(&self) -> BoxFuture<'_, Result<StoreStats, String>> {
-        Box::pin(async { self.store.stats().await.map_err(|e| e.to_string()) })
+        Box::pin(async {
+            let mut stats = self.store.stats().await.map_err(|e| e.to_string())?;
+            // No finished saga stored: the oldest is "now" (age 0), so the
+            // gauge does not keep showing a saga that is gone.
+            stats.oldest_finished_ms = stats
+                .oldest_finished_ms
+                .or_else(|| Some(service_kit::time::now_ms()));
+            Ok(stats)
+        })
     }
 }
 
