@@ -2,9 +2,12 @@
 //! `seed` (demo data into running participants). Every flag has a default
 //! that makes the zero-flag command work.
 
-use orchestrator::config::{ConsoleConfig, EngineConfig, MetricsConfig, MongoConfig};
+use orchestrator::config::{
+    ConsoleConfig, EngineConfig, MetricsConfig, MongoConfig, RetentionConfig,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The command line.
 #[derive(Debug, clap::Parser)]
@@ -79,6 +82,15 @@ pub struct DevConfig {
     /// How the orchestrator drives sagas.
     #[command(flatten)]
     pub engine: EngineConfig,
+    /// Retention of finished sagas (`--saga-retention`, `--archive-dir`,
+    /// `--purge-interval`, also the participants' purge interval).
+    #[command(flatten)]
+    pub retention: RetentionConfig,
+    /// How long the participants keep their operationHistory. Default: the
+    /// saga retention, never less than 24 × the minimum computed from the
+    /// orchestrator limits above; below the minimum, `dev` refuses to start.
+    #[arg(long, env = "HISTORY_RETENTION", value_parser = service_kit::retention::parse_duration)]
+    pub history_retention: Option<Duration>,
     /// One admin token for all three services (and the seeding calls).
     #[command(flatten)]
     pub admin: service_kit::auth::AdminConfig,

@@ -6,7 +6,7 @@ use crate::banner::Addresses;
 use crate::config::DevConfig;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use orchestrator::order_saga::OrderParticipants;
-use participant_kit::Kit;
+use participant_kit::{HistoryRetention, Kit};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use service_kit::server;
 use service_kit::shutdown::Shutdown;
@@ -20,6 +20,7 @@ type BoxError = Box<dyn std::error::Error>;
 /// is configured, else SQLite files under the data directory.
 async fn participant_stores(
     config: &DevConfig,
+    history: HistoryRetention,
     shutdown: &Shutdown,
 ) -> Result<(Arc<dyn PaymentStore>, Arc<dyn InventoryStore>), BoxError> {
     let durability = config.engine.durability;
@@ -40,8 +41,8 @@ async fn participant_stores(
             )
             .await?;
             (
-                Arc::new(MongoPaymentStore::open(payment_db).await?),
-                Arc::new(MongoInventoryStore::open(inventory_db).await?),
+                Arc::new(MongoPaymentStore::open_with(payment_db, history.keep).await?),
+                Arc::new(MongoInventoryStore::open_with(inventory_db, history.keep).await?),
             )
         }
         None => (
@@ -54,6 +55,23 @@ async fn participant_stores(
                 durability,
             )?),
         ),
+    })
+}
+
+/// The participants' history retention: `--history-retention`, checked
+/// against the minimum computed from this stack's own orchestrator limits
+/// (one process, so the participants know them exactly).
+fn history_retention(config: &DevConfig) -> Result<HistoryRetention, BoxError> {
+    let limits = config
+        .engine
+        .call_limits(service_kit::retention::ORDER_SAGA_STEPS as usize);
+    let keep = match config.history_retention {
+        Some(keep) => limits.check_history_retention(keep)?,
+        None => limits.default_history_retention(),
+    };
+    Ok(HistoryRetention {
+        keep,
+        purge_interval: config.retention.purge_interval,
     })
 }
 
@@ -124,12 +142,17 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     let metrics_url = config.metrics.start()?;
     if metrics_url.is_some() {
         participant_kit::metrics::describe();
+        participant_kit::retention::describe();
+        orchestrator::retention::describe();
     }
-    let (payment_store, inventory_store) = participant_stores(&config, &shutdown).await?;
+    let history = history_retention(&config)?;
+    let (payment_store, inventory_store) = participant_stores(&config, history, &shutdown).await?;
+    let retention = config.retention.settings();
     let saga_store = orchestrator::open_saga_store(
         &config.mongo,
         &config.data_dir,
         config.engine.durability,
+        retention.store(),
         &shutdown,
     )
     .await?;
@@ -148,7 +171,7 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
     }
     let kit = || -> Result<Kit, BoxError> {
-        Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()))
+        Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()).with_history(history))
     };
     let payment = tokio::spawn(payment_svc::serve(
         payment_store,
@@ -176,7 +199,8 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         config.engine.caller(options.service.clone()),
     )
     .definition()?;
-    let settings = config.engine.settings(config.orchestrator_listen)?;
+    let mut settings = config.engine.settings(config.orchestrator_listen)?;
+    settings.retention = retention;
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
     let demo = tokio::spawn(demo_orders(config.clone(), addrs.orchestrator.clone()));
     let result = orchestrator::serve_with_console(

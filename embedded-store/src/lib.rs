@@ -16,6 +16,14 @@
 //!
 //! Reads run on a small pool of read-only connections, which WAL lets proceed
 //! concurrently with the writer.
+//!
+//! Bounded disk: files use `auto_vacuum=INCREMENTAL`. Deleted rows' pages go
+//! to SQLite's freelist and are reused by later inserts whatever the mode;
+//! incremental mode additionally lets [`EmbeddedDb::reclaim`] hand the
+//! free pages beyond a reserve back to the file system (after a burst or a
+//! shorter retention), without the full rewrite a `VACUUM` is. A file
+//! created before (auto_vacuum NONE) is converted once at open by one
+//! `VACUUM`, logged with its size and duration.
 
 #![warn(missing_docs)]
 
@@ -103,6 +111,7 @@ impl EmbeddedDb {
             })?;
         }
         let writer = Connection::open(path)?;
+        incremental_auto_vacuum(&writer, path)?;
         writer.pragma_update(None, "journal_mode", "WAL")?;
         let synchronous = match durability {
             Durability::Process => "NORMAL",
@@ -197,6 +206,98 @@ impl EmbeddedDb {
         })
         .await;
         joined.map_err(|_| E::from(DbError::WriterGone))?
+    }
+}
+
+/// The file's size by SQLite's own accounting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileSize {
+    /// Pages in the database file.
+    pub page_count: u64,
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Pages on the freelist (free, reused by the next inserts).
+    pub freelist_count: u64,
+}
+
+impl FileSize {
+    /// page_count × page_size: the main file's size (the WAL excluded).
+    pub fn bytes(&self) -> u64 {
+        self.page_count * self.page_size
+    }
+}
+
+fn pragma_u64(conn: &Connection, name: &str) -> Result<u64, rusqlite::Error> {
+    let v: i64 = conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))?;
+    Ok(u64::try_from(v).unwrap_or(0))
+}
+
+fn file_size(conn: &Connection) -> Result<FileSize, rusqlite::Error> {
+    Ok(FileSize {
+        page_count: pragma_u64(conn, "page_count")?,
+        page_size: pragma_u64(conn, "page_size")?,
+        freelist_count: pragma_u64(conn, "freelist_count")?,
+    })
+}
+
+/// Makes the file `auto_vacuum=INCREMENTAL`: set before the first table of
+/// a new file; an existing file in another mode needs one `VACUUM` for the
+/// change to take effect (the whole file is rewritten: logged, with how long
+/// it took).
+fn incremental_auto_vacuum(conn: &Connection, path: &Path) -> Result<(), DbError> {
+    const INCREMENTAL: u64 = 2;
+    if pragma_u64(conn, "auto_vacuum")? == INCREMENTAL {
+        return Ok(());
+    }
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    if pragma_u64(conn, "auto_vacuum")? == INCREMENTAL {
+        return Ok(()); // A new file: nothing written yet.
+    }
+    let before = file_size(conn)?;
+    let started = std::time::Instant::now();
+    tracing::info!(db = %path.display(), bytes = before.bytes(), "converting the file to incremental auto-vacuum: one VACUUM (rewrites the whole file once)");
+    conn.execute_batch("VACUUM")?;
+    tracing::info!(
+        db = %path.display(),
+        bytes = file_size(conn)?.bytes(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "file converted to incremental auto-vacuum"
+    );
+    Ok(())
+}
+
+impl EmbeddedDb {
+    /// The file's size, free pages included.
+    pub async fn file_size(&self) -> Result<FileSize, DbError> {
+        self.read(|conn| Ok(file_size(conn)?)).await
+    }
+
+    /// Gives the free pages beyond a reserve back to the file system
+    /// (`PRAGMA incremental_vacuum`), as one job of the group commit:
+    /// the reserve — a quarter of the file — stays for the next inserts to
+    /// reuse, so a steady load neither grows the file nor makes it shrink
+    /// and grow again every round. Returns the bytes released.
+    pub async fn reclaim(&self) -> Result<u64, DbError> {
+        self.write(|conn| {
+            let size = file_size(conn)?;
+            let reserve = size.page_count / 4;
+            let excess = size.freelist_count.saturating_sub(reserve);
+            if excess == 0 {
+                return Ok(0);
+            }
+            // Each step of the pragma frees one page and yields a row
+            // (which `execute` would stop at): step it to the end.
+            let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({excess})"))?;
+            let mut rows = stmt.raw_query();
+            let mut steps = 0u64;
+            while rows.next()?.is_some() {
+                steps += 1;
+            }
+            tracing::debug!(steps, excess, "incremental vacuum");
+            let after = file_size(conn)?;
+            Ok(size.bytes().saturating_sub(after.bytes()))
+        })
+        .await
     }
 }
 
@@ -330,6 +431,87 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(count, 180);
+    }
+
+    async fn fill(db: &EmbeddedDb, from: usize, n: usize) {
+        let rows = (from..from + n).collect::<Vec<_>>();
+        db.write(move |c| -> Result<(), DbError> {
+            for i in rows {
+                c.execute(
+                    "INSERT INTO t (k, v) VALUES (?1, ?2)",
+                    (format!("{i:0>2000}"), i as i64),
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    }
+
+    /// Deleted rows' pages are reused by the next inserts (the file does
+    /// not grow), and `reclaim` hands the free pages beyond a quarter of
+    /// the file back.
+    #[tokio::test]
+    async fn freed_pages_are_reused_and_the_excess_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = EmbeddedDb::open(&dir.path().join("t.db"), SCHEMA, Durability::Process).unwrap();
+        fill(&db, 0, 2_000).await;
+        let full = db.file_size().await.unwrap();
+        db.write(|c| -> Result<(), DbError> {
+            c.execute("DELETE FROM t", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        fill(&db, 10_000, 2_000).await;
+        let refilled = db.file_size().await.unwrap();
+        assert!(
+            refilled.page_count <= full.page_count + full.page_count / 50,
+            "{full:?} then {refilled:?}"
+        );
+        db.write(|c| -> Result<(), DbError> {
+            c.execute("DELETE FROM t", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let released = db.reclaim().await.unwrap();
+        let after = db.file_size().await.unwrap();
+        // A quarter of the file stays free for the next inserts.
+        let reserve = refilled.page_count / 4;
+        assert_eq!(after.freelist_count, reserve, "{after:?}");
+        assert_eq!(released, (refilled.page_count - after.page_count) * 4096);
+        assert!(after.page_count < refilled.page_count / 2, "{after:?}");
+    }
+
+    /// A file written before incremental auto-vacuum is converted at open.
+    #[tokio::test]
+    async fn an_older_file_is_converted_to_incremental_auto_vacuum() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(&format!("PRAGMA journal_mode=WAL; {SCHEMA}"))
+                .unwrap();
+            conn.execute("INSERT INTO t (k, v) VALUES ('a', 1)", [])
+                .unwrap();
+            assert_eq!(pragma_u64(&conn, "auto_vacuum").unwrap(), 0);
+        }
+        let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
+        let mode: i64 = db
+            .read(|c| -> Result<i64, DbError> {
+                Ok(c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(mode, 2);
+        let v: i64 = db
+            .read(|c| -> Result<i64, DbError> {
+                Ok(c.query_row("SELECT v FROM t WHERE k = 'a'", [], |r| r.get(0))?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(v, 1);
     }
 
     #[tokio::test]

@@ -172,6 +172,50 @@ pub async fn ensure_indexes(
     Ok(())
 }
 
+/// A TTL index on the BSON Date field `field`: the server deletes a
+/// document some time after the date it holds (its background monitor runs
+/// every 60 s on mongod), never one whose field is missing, null or not a
+/// Date. `expireAfterSeconds: 0`: each document carries its own expiry date.
+pub fn ttl_index(name: &str, field: &str) -> IndexModel {
+    IndexModel::builder()
+        .keys(bson::doc! { field: 1 })
+        .options(
+            IndexOptions::builder()
+                .name(name.to_owned())
+                .expire_after(Duration::ZERO)
+                .build(),
+        )
+        .build()
+}
+
+/// Bytes the given collections of `db` occupy by the server's accounting:
+/// `collStats` `size` (documents) + `totalIndexSize`, summed. mongod
+/// reports uncompressed BSON sizes; SecantusDB reports logical BSON sizes.
+/// A collection that does not exist yet counts 0.
+pub async fn collection_bytes(db: &Database, collections: &[&str]) -> Result<u64, Error> {
+    let mut total = 0u64;
+    for name in collections {
+        let stats = match db.run_command(bson::doc! { "collStats": *name }).await {
+            Ok(stats) => stats,
+            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == 26) =>
+            {
+                continue; // NamespaceNotFound
+            }
+            Err(e) => return Err(e),
+        };
+        for field in ["size", "totalIndexSize"] {
+            let n = match stats.get(field) {
+                Some(bson::Bson::Int32(n)) => i64::from(*n),
+                Some(bson::Bson::Int64(n)) => *n,
+                Some(bson::Bson::Double(n)) => *n as i64,
+                _ => 0,
+            };
+            total += u64::try_from(n).unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

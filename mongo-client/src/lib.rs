@@ -19,7 +19,9 @@ pub mod fields;
 pub mod monitor;
 pub mod sharding;
 
-pub use connect::{ConnectError, connect, ensure_indexes, index, redact};
+pub use connect::{
+    ConnectError, collection_bytes, connect, ensure_indexes, index, redact, ttl_index,
+};
 pub use errors::{DuplicateKey, ErrorClass, classify, duplicate_key};
 pub use fields::{NotAnInteger, integer};
 pub use sharding::ShardKey;

@@ -5,6 +5,7 @@
 //! its own flags.
 
 use embedded_store::Durability;
+use service_kit::retention::{self, CallLimits};
 use service_kit::telemetry::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,18 +67,18 @@ pub struct MongoConfig {
 #[derive(Debug, Clone, clap::Args)]
 pub struct EngineConfig {
     /// Deadline of one participant call, in milliseconds.
-    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = 5_000)]
+    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS)]
     pub call_timeout_ms: u64,
     /// Attempts of a forward step before its outcome counts as unknown and
     /// the saga compensates.
-    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = 5)]
+    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS)]
     pub action_attempts: u32,
     /// Attempts of a compensation before the saga is marked FAILED.
-    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = 30)]
+    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS)]
     pub compensation_attempts: u32,
     /// A forward step still failing transiently this long after it started
     /// is given up and compensated, in milliseconds.
-    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = 60_000)]
+    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS)]
     pub step_deadline_ms: u64,
     /// Name of this orchestrator instance in saga leases. Default:
     /// `<hostname>:<gRPC port>`, stable across restarts, so a restarted
@@ -86,13 +87,13 @@ pub struct EngineConfig {
     pub instance_id: Option<String>,
     /// Longest delay between two attempts of a step, before jitter, in
     /// milliseconds (jitter can add as much again).
-    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = 2_000)]
+    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS)]
     pub retry_max_delay_ms: u64,
     /// How long a saga lease lasts without renewal, in milliseconds; another
     /// instance takes the saga over after that. Must exceed the longest gap
     /// between two saves of a driven saga: the connect timeout (2 s) plus
     /// the call timeout plus twice the largest retry delay (full jitter).
-    #[arg(long, env = "LEASE_TTL_MS", default_value_t = 15_000)]
+    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS)]
     pub lease_ttl_ms: u64,
     /// How often the recovery sweep looks for sagas to resume, in
     /// milliseconds.
@@ -157,6 +158,22 @@ impl EngineConfig {
             + self.call_timeout()
     }
 
+    /// The limits that bound how long calls for one request id keep
+    /// reaching a participant, for a saga of `steps` steps: what the
+    /// participants' minimum history retention is computed from.
+    pub fn call_limits(&self, steps: usize) -> CallLimits {
+        let retry = self.retry_policy();
+        CallLimits {
+            call_timeout: self.call_timeout(),
+            action_attempts: retry.action_attempts,
+            compensation_attempts: retry.compensation_attempts,
+            step_deadline: retry.step_deadline,
+            lease_ttl: Duration::from_millis(self.lease_ttl_ms),
+            retry_max_delay: retry.max_delay,
+            steps: u32::try_from(steps).unwrap_or(u32::MAX),
+        }
+    }
+
     /// Everything the running orchestrator needs, for an instance serving
     /// on `listen`.
     pub fn settings(&self, listen: SocketAddr) -> Result<crate::Settings, String> {
@@ -190,7 +207,42 @@ impl EngineConfig {
             max_wait: self.max_wait(),
             max_in_flight: self.max_in_flight.max(1),
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            retention: crate::retention::RetentionSettings::default(),
         })
+    }
+}
+
+/// How long finished sagas are kept, and where they are archived; shared
+/// by `serve` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RetentionConfig {
+    /// COMPLETED and CANCELLED sagas are deleted this long after they
+    /// finished (`7d`, `12h`, `90s`; `off` keeps them). FAILED and
+    /// unfinished sagas are never deleted. This is also CreateOrder's
+    /// idempotency window: a request id reused after its saga was deleted
+    /// starts a new saga.
+    #[arg(long, env = "SAGA_RETENTION", default_value = "7d", value_parser = retention::parse_retention)]
+    // Spelled out so clap takes the parser's `Option` (off) as the value
+    // rather than making the flag optional.
+    pub saga_retention: std::option::Option<Duration>,
+    /// Before deleting an expired saga, append it as one JSON line to
+    /// `<dir>/sagas-YYYY-MM-DD.jsonl` (synced first). Unset: no archive.
+    #[arg(long, env = "ARCHIVE_DIR")]
+    pub archive_dir: Option<PathBuf>,
+    /// How often the embedded store is purged of expired sagas (and the
+    /// store gauges are refreshed).
+    #[arg(long, env = "PURGE_INTERVAL", default_value = "10s", value_parser = retention::parse_duration)]
+    pub purge_interval: Duration,
+}
+
+impl RetentionConfig {
+    /// The settings these flags say.
+    pub fn settings(&self) -> crate::retention::RetentionSettings {
+        crate::retention::RetentionSettings {
+            saga_retention: self.saga_retention,
+            archive_dir: self.archive_dir.clone(),
+            purge_interval: self.purge_interval.max(Duration::from_millis(10)),
+        }
     }
 }
 
@@ -234,6 +286,10 @@ pub struct ServeConfig {
     #[command(flatten)]
     /// MongoDB instead of the embedded store.
     pub mongo: MongoConfig,
+    #[command(flatten)]
+    /// Retention of finished sagas (`--saga-retention`, `--archive-dir`,
+    /// `--purge-interval`).
+    pub retention: RetentionConfig,
     #[command(flatten)]
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
@@ -344,5 +400,27 @@ mod tests {
             .settings(listen())
             .is_err()
         );
+    }
+
+    /// The participants compute their minimum history retention from
+    /// `CallLimits::default()`: it must be what the orchestrator does with
+    /// zero flags, backoff included.
+    #[test]
+    fn the_shared_call_limits_are_the_orchestrators_defaults() {
+        let cli = Cli::try_parse_from(["orchestrator"]).unwrap();
+        let limits = cli
+            .serve
+            .engine
+            .call_limits(retention::ORDER_SAGA_STEPS as usize);
+        assert_eq!(limits, CallLimits::default());
+        assert_eq!(
+            crate::executor::RetryPolicy::default().max_delay,
+            CallLimits::default().retry_max_delay
+        );
+        let settings = cli.serve.retention.settings();
+        assert_eq!(settings, crate::retention::RetentionSettings::default());
+        let off = Cli::try_parse_from(["orchestrator", "--saga-retention", "off"]).unwrap();
+        assert_eq!(off.serve.retention.saga_retention, None);
+        assert!(Cli::try_parse_from(["orchestrator", "--saga-retention", "soon"]).is_err());
     }
 }

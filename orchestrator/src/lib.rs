@@ -25,6 +25,8 @@
 //!   changes.
 //! - [`console`]: the saga console — HTML pages and a JSON API over the
 //!   same use cases, on its own HTTP listener.
+//! - [`retention`]: finished sagas expire — the purge of the embedded
+//!   store (MongoDB: a TTL index), the archive written before deleting.
 //! - [`config`]: the binary's command line.
 
 #![warn(missing_docs)]
@@ -38,6 +40,7 @@ pub mod executor;
 pub mod grpc;
 pub mod hub;
 pub mod order_saga;
+pub mod retention;
 pub mod saga;
 pub mod step;
 pub mod store;
@@ -63,6 +66,10 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// After SIGTERM, how long in-flight steps get to finish and persist.
     pub shutdown_grace: Duration,
+    /// How long finished sagas are kept, the archive, the purge interval.
+    /// The store must have been opened with the same
+    /// ([`retention::RetentionSettings::store`]).
+    pub retention: retention::RetentionSettings,
 }
 
 impl Default for Settings {
@@ -73,6 +80,7 @@ impl Default for Settings {
             max_wait: Duration::from_secs(30),
             max_in_flight: 10_000,
             shutdown_grace: Duration::from_secs(10),
+            retention: retention::RetentionSettings::default(),
         }
     }
 }
@@ -140,6 +148,20 @@ pub async fn serve_with_console(
         settings.max_in_flight,
     ));
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
+    let purger = retention::SagaPurger::new(
+        store.clone(),
+        settings
+            .retention
+            .archive_dir
+            .as_deref()
+            .map(retention::Archive::new),
+    );
+    let purge = tokio::spawn(service_kit::retention::run_purge_loop(
+        Arc::new(purger),
+        "orchestrator",
+        settings.retention.purge_interval,
+        shutdown.clone(),
+    ));
     let app = Arc::new(app::Orchestrator::new(
         store,
         executor.clone(),
@@ -174,6 +196,7 @@ pub async fn serve_with_console(
     .await?;
     let served = server::serve_with(&options, routes, listener, shutdown).await;
     let _ = sweeper.await;
+    let _ = purge.await;
     if let Some(console) = console {
         console_stopped(console).await;
     }
@@ -201,11 +224,13 @@ async fn console_stopped(console: tokio::task::JoinHandle<std::io::Result<()>>) 
 }
 
 /// Opens the saga store: MongoDB when a URI is configured (waiting for the
-/// server if it is not up yet), else the embedded store in `data_dir`.
+/// server if it is not up yet), else the embedded store in `data_dir`;
+/// keeping finished sagas as `retention` says.
 pub async fn open_saga_store(
     mongo: &config::MongoConfig,
     data_dir: &std::path::Path,
     durability: embedded_store::Durability,
+    retention: store::SagaRetention,
     shutdown: &Shutdown,
 ) -> Result<Arc<dyn store::SagaStore>, Box<dyn std::error::Error>> {
     Ok(match &mongo.mongodb_uri {
@@ -217,11 +242,11 @@ pub async fn open_saga_store(
                 shutdown.wait(),
             )
             .await?;
-            Arc::new(store::MongoSagaStore::open(db).await?)
+            Arc::new(store::MongoSagaStore::open_with(db, retention).await?)
         }
         None => {
             let path = data_dir.join(config::DATABASE_FILE);
-            Arc::new(store::SqliteSagaStore::open(&path, durability)?)
+            Arc::new(store::SqliteSagaStore::open(&path, durability)?.with_retention(retention))
         }
     })
 }
@@ -230,7 +255,8 @@ pub async fn open_saga_store(
 /// itself starts (a lazily connecting channel connects on first use and
 /// after the participant went away). It comes on top of the call timeout,
 /// so the start-up check of the lease TTL counts it.
-pub const PARTICIPANT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub const PARTICIPANT_CONNECT_TIMEOUT: Duration =
+    service_kit::retention::PARTICIPANT_CONNECT_TIMEOUT;
 
 /// A lazily connecting channel to a participant: the orchestrator starts
 /// even when a participant is down, and calls to it fail (and are retried)

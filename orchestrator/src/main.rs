@@ -35,11 +35,15 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    config.metrics.start()?;
+    if config.metrics.start()?.is_some() {
+        orchestrator::retention::describe();
+    }
+    let retention = config.retention.settings();
     let store = orchestrator::open_saga_store(
         &config.mongo,
         &config.data_dir,
         config.engine.durability,
+        retention.store(),
         &shutdown,
     )
     .await?;
@@ -63,7 +67,13 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
             None
         }
     };
-    let settings = config.engine.settings(config.listen)?;
+    let mut settings = config.engine.settings(config.listen)?;
+    settings.retention = retention;
+    log_retention(
+        &config.engine,
+        &settings.retention,
+        definition.steps().len(),
+    );
     options.log_startup("orchestrator");
     orchestrator::serve_with_console(
         store,
@@ -76,4 +86,25 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     Ok(())
+}
+
+/// What retention this instance applies, and what it requires of the
+/// participants: their `--history-retention` must be at least the minimum
+/// computed from this instance's limits.
+fn log_retention(
+    engine: &orchestrator::config::EngineConfig,
+    retention: &orchestrator::retention::RetentionSettings,
+    steps: usize,
+) {
+    use service_kit::retention::format_duration;
+    let limits = engine.call_limits(steps);
+    tracing::info!(
+        saga_retention = retention
+            .saga_retention
+            .map_or("off".to_owned(), format_duration),
+        archive_dir = ?retention.archive_dir,
+        participants_history_retention_at_least = format_duration(limits.minimum_history_retention()),
+        %limits,
+        "retention: finished sagas expire after the saga retention (the idempotency window of CreateOrder)"
+    );
 }

@@ -307,6 +307,15 @@ impl Saga {
         }
     }
 
+    /// From when the saga counts toward retention (ms since the epoch):
+    /// when it became COMPLETED or CANCELLED. `None` for every other
+    /// status — FAILED waits for a person and RetrySaga, the others are
+    /// not finished — so those are never deleted.
+    pub fn expires_from_ms(&self) -> Option<i64> {
+        matches!(self.status, SagaStatus::Completed | SagaStatus::Cancelled)
+            .then_some(self.updated_at_ms)
+    }
+
     /// The saga's W3C trace id, which joins its log lines across the three
     /// services and every restart: the caller's, when CreateOrder carried a
     /// `traceparent` (the client's trace wins, so the saga shows up in it);

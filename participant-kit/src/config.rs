@@ -3,6 +3,7 @@
 //! [`ParticipantDefaults`] type (declared with [`participant_defaults!`](crate::participant_defaults)).
 
 use crate::faults::FaultConfig;
+use crate::retention::HistoryRetentionConfig;
 use embedded_store::Durability;
 use service_kit::auth::{AdminConfig, ServiceConfig};
 use service_kit::metrics::{MetricsConfig, MetricsDefaults};
@@ -102,6 +103,10 @@ pub struct ParticipantConfig<D: ParticipantDefaults> {
     /// Fault injection (`--fault-*` / `FAULT_*`); off by default.
     #[command(flatten)]
     pub faults: FaultConfig,
+    /// How long the operationHistory is kept (`--history-retention`,
+    /// `--purge-interval`, the orchestrator limits it is checked against).
+    #[command(flatten)]
+    pub retention: HistoryRetentionConfig,
     /// Admin token (`--admin-token` / `ADMIN_TOKEN`); unset: admin RPCs open.
     #[command(flatten)]
     pub admin: AdminConfig,
@@ -136,6 +141,7 @@ impl<D: ParticipantDefaults> fmt::Debug for ParticipantConfig<D> {
             .field("durability", &self.durability)
             .field("log_format", &self.log_format)
             .field("faults", &self.faults)
+            .field("retention", &self.retention)
             .field("admin", &self.admin)
             .field("service", &self.service)
             .field("tls", &self.tls)
@@ -246,5 +252,37 @@ mod tests {
         assert_eq!(options.max_request_bytes, 4096);
         let e = parse(&["--max-request-bytes", "10"]).unwrap_err();
         assert!(e.to_string().contains("at least 1024"), "{e}");
+    }
+
+    /// The default retention is the saga retention, a retention below the
+    /// minimum is refused in one line naming both, and mirroring shorter
+    /// orchestrator limits lowers the minimum.
+    #[test]
+    fn history_retention_defaults_and_refuses_below_the_minimum() {
+        let config = parse(&[]).unwrap();
+        let settings = config.retention.settings().unwrap();
+        assert_eq!(
+            settings.keep,
+            service_kit::retention::DEFAULT_SAGA_RETENTION
+        );
+        let short = parse(&["--history-retention", "10m"]).unwrap();
+        let why = short.retention.settings().unwrap_err();
+        assert!(
+            why.starts_with("--history-retention 10m is below the minimum 27m"),
+            "{why}"
+        );
+        let fast = parse(&[
+            "--history-retention",
+            "10m",
+            "--compensation-attempts",
+            "5",
+            "--call-timeout-ms",
+            "1000",
+        ])
+        .unwrap();
+        assert_eq!(
+            fast.retention.settings().unwrap().keep,
+            std::time::Duration::from_secs(600)
+        );
     }
 }

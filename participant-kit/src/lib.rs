@@ -31,6 +31,10 @@
 //!   refusals, lost replies; seeded and deterministic.
 //! - [`wire`]: `participant.v1` conversions both adapters use.
 //! - [`metrics`]: `participant_operations_total{kind, result}`.
+//! - [`retention`]: how long the operationHistory is kept (the minimum
+//!   derived from the orchestrator's limits, enforced at start-up) and
+//!   the purge of the embedded store ([`HistoryExpiry`], which every
+//!   participant's store provides; MongoDB: TTL indexes).
 //! - [`config`] / [`startup`]: the participant binary's flags and start-up.
 
 #![warn(missing_docs)]
@@ -45,6 +49,7 @@ pub mod mongo;
 pub mod outcome;
 pub mod pipeline;
 pub mod record;
+pub mod retention;
 pub mod sqlite;
 pub mod startup;
 pub mod wire;
@@ -58,6 +63,7 @@ pub use history_service::OperationLog;
 pub use outcome::{ActionReply, Admission, Failure, ParticipantError, Refusal, RefusalReason};
 pub use pipeline::{Call, Kit};
 pub use record::{LoggedOperation, OperationRecord, RecordStatus};
+pub use retention::{HistoryExpiry, HistoryRetention};
 pub use startup::{Participant, main};
 
 /// What [`participant_defaults!`] expands to needs; not part of the API.
@@ -69,6 +75,7 @@ pub mod __private {
     pub use service_kit::server::ServeError;
     pub use service_kit::shutdown::Shutdown;
     pub use std::sync::Arc;
+    pub use std::time::Duration;
     pub use tokio::net::TcpListener;
     pub use tonic::Code;
     pub use tonic::server::NamedService;

@@ -13,6 +13,11 @@
 //!
 //! [`transact`] runs one participant rule in a multi-document transaction,
 //! written once for both participants.
+//!
+//! Retention: every record carries `expire_at`, a BSON Date (its recording
+//! time plus the history retention, [`HistoryDb`]), and a TTL index on it
+//! lets the server delete it some time after that date. A changed
+//! retention applies to records written from then on.
 
 use crate::counter::{Add, Counter, Take};
 use crate::{Admission, Failure, HistoryTx, OperationRecord, ParticipantError, RecordStatus};
@@ -27,6 +32,8 @@ use mongodb::{ClientSession, Collection, Database, IndexModel};
 pub const COLLECTION: &str = "operation_history";
 /// Name of the unique index on `(request_id, kind)`.
 pub const UNIQUE_INDEX: &str = "request_id_kind_unique";
+/// Name of the TTL index on `expire_at` (also used by inventory's lines).
+pub const EXPIRE_INDEX: &str = "expire_at_ttl";
 
 /// How the operationHistory is sharded: by request id (hashed), the key of
 /// the barrier's unique index; every lookup names it, so it goes to one
@@ -60,6 +67,7 @@ pub fn indexes() -> Vec<IndexModel> {
             doc! { "subject": 1, "recorded_at_ms": -1, "request_id": -1 },
             false,
         ),
+        mongo_client::ttl_index(EXPIRE_INDEX, "expire_at"),
     ]
 }
 
@@ -75,6 +83,41 @@ pub async fn ensure_history_indexes(db: &Database) -> Result<(), Error> {
     .await
 }
 
+/// A participant's database and how long its records live there: what
+/// [`transact`] runs on.
+#[derive(Clone, Debug)]
+pub struct HistoryDb {
+    db: Database,
+    keep: std::time::Duration,
+}
+
+impl HistoryDb {
+    /// Records in `db` expire `keep` after they were recorded.
+    pub fn new(db: Database, keep: std::time::Duration) -> Self {
+        HistoryDb { db, keep }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    /// Bytes of `collections` by the server's accounting (collStats size
+    /// + index size), as a participant reports it.
+    pub async fn size_bytes(&self, collections: &[&str]) -> Result<u64, ParticipantError> {
+        mongo_client::collection_bytes(&self.db, collections)
+            .await
+            .map_err(participant_error)
+    }
+}
+
+/// The `expire_at` of something recorded at `recorded_at_ms` and kept
+/// `keep`.
+fn expire_at(recorded_at_ms: i64, keep: std::time::Duration) -> bson::DateTime {
+    let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+    bson::DateTime::from_millis(recorded_at_ms.saturating_add(keep))
+}
+
 /// The barrier's view of an open MongoDB transaction: the database and the
 /// session the transaction runs on. Participants add their own effects by
 /// implementing their storage traits for this type.
@@ -83,12 +126,23 @@ pub struct MongoHistory<'s> {
     pub db: &'s Database,
     /// The session the transaction runs on.
     pub session: &'s mut ClientSession,
+    keep: std::time::Duration,
 }
 
 impl<'s> MongoHistory<'s> {
-    /// The transaction on `session` in `db`.
-    pub fn new(db: &'s Database, session: &'s mut ClientSession) -> Self {
-        MongoHistory { db, session }
+    /// The transaction on `session` in `history`'s database.
+    pub fn new(history: &'s HistoryDb, session: &'s mut ClientSession) -> Self {
+        MongoHistory {
+            db: &history.db,
+            session,
+            keep: history.keep,
+        }
+    }
+
+    /// The `expire_at` date of anything recorded at `recorded_at_ms` in
+    /// this transaction (records, inventory's order lines).
+    pub fn expire_at(&self, recorded_at_ms: i64) -> bson::DateTime {
+        expire_at(recorded_at_ms, self.keep)
     }
 
     fn collection(&self) -> Collection<Document> {
@@ -233,8 +287,9 @@ fn id(request_id: &str, kind: &str) -> String {
     format!("{kind}:{request_id}")
 }
 
-fn to_document(r: &OperationRecord) -> Document {
+fn to_document(r: &OperationRecord, keep: std::time::Duration) -> Document {
     doc! {
+        "expire_at": expire_at(r.recorded_at_ms, keep),
         "request_id": &r.request_id,
         "kind": &r.kind,
         "subject": &r.subject,
@@ -278,7 +333,7 @@ impl HistoryTx for MongoHistory<'_> {
     type Error = Error;
 
     async fn insert(&mut self, r: &OperationRecord) -> Result<bool, Error> {
-        let mut document = to_document(r);
+        let mut document = to_document(r, self.keep);
         document.insert("_id", id(&r.request_id, &r.kind));
         match self
             .collection()
@@ -311,7 +366,7 @@ impl HistoryTx for MongoHistory<'_> {
             .collection()
             .find_one_and_update(
                 doc! { "_id": id(&r.request_id, &r.kind), "request_id": &r.request_id },
-                doc! { "$setOnInsert": to_document(r) },
+                doc! { "$setOnInsert": to_document(r, self.keep) },
             )
             .upsert(true)
             .return_document(ReturnDocument::Before)
@@ -411,7 +466,7 @@ enum Escape {
 /// its effect, it is aborted and `apply` runs again with
 /// [`Admission::Verify`] to record why.
 pub async fn transact<I, R>(
-    db: &Database,
+    history: &HistoryDb,
     input: I,
     admission: Admission,
     apply: Apply<I, R>,
@@ -421,7 +476,9 @@ where
     I: Send + Sync,
     R: Send,
 {
+    let db = history;
     let mut session = db
+        .db
         .client()
         .start_session()
         .await
@@ -457,7 +514,7 @@ where
 
 /// One transaction of `rule` over `context`: its reply, or how it escaped.
 async fn run<C, R, F>(
-    db: &Database,
+    db: &HistoryDb,
     session: &mut ClientSession,
     context: &C,
     rule: F,
@@ -470,7 +527,7 @@ where
         + Sync,
 {
     let mut transaction = session.start_transaction();
-    if db.read_concern().is_none() {
+    if db.db.read_concern().is_none() {
         transaction = transaction.read_concern(ReadConcern::snapshot());
     }
     let outcome = transaction

@@ -27,6 +27,7 @@
 use crate::faults::{self, CallKind, Faults};
 use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
+use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
 use crate::{CompensationResult, metrics};
 use service_kit::metrics::CallTimer;
 use service_kit::server::{ServeError, ServeOptions};
@@ -44,12 +45,30 @@ use tracing::{Instrument, Span};
 pub struct Kit {
     faults: Arc<Faults>,
     options: ServeOptions,
+    history: HistoryRetention,
 }
 
 impl Kit {
-    /// A kit injecting `faults`, served as `options` say.
+    /// A kit injecting `faults`, served as `options` say, keeping the
+    /// operationHistory for the default retention.
     pub fn new(faults: Arc<Faults>, options: ServeOptions) -> Kit {
-        Kit { faults, options }
+        Kit {
+            faults,
+            options,
+            history: HistoryRetention::default(),
+        }
+    }
+
+    /// The kit keeping the operationHistory as `history` says (the store
+    /// must have been opened with the same retention).
+    pub fn with_history(mut self, history: HistoryRetention) -> Kit {
+        self.history = history;
+        self
+    }
+
+    /// How long the operationHistory is kept.
+    pub fn history(&self) -> HistoryRetention {
+        self.history
     }
 
     /// No faults, plaintext, admin RPCs open, default limits (tests, tools).
@@ -124,8 +143,34 @@ impl Kit {
     /// Serves `routes` (the participant's own service, named `service`)
     /// plus `participant.v1.OperationHistoryService` over `log`, the
     /// `faults.v1` admin API, reflection and health on `listener` until
-    /// `shutdown` fires.
+    /// `shutdown` fires; beside it, the purge of `expiry` (the same store)
+    /// every purge interval, its gauge labelled `store_size_bytes{service =
+    /// label}`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn serve(
+        &self,
+        routes: Routes,
+        service: &'static str,
+        label: &'static str,
+        log: Arc<dyn OperationLog>,
+        expiry: Arc<dyn HistoryExpiry>,
+        listener: TcpListener,
+        shutdown: Shutdown,
+    ) -> Result<(), ServeError> {
+        let purge = tokio::spawn(service_kit::retention::run_purge_loop(
+            Arc::new(HistoryPurger::new(expiry, self.history.keep)),
+            label,
+            self.history.purge_interval,
+            shutdown.clone(),
+        ));
+        let served = self
+            .serve_routes(routes, service, log, listener, shutdown)
+            .await;
+        purge.abort();
+        served
+    }
+
+    async fn serve_routes(
         &self,
         routes: Routes,
         service: &'static str,

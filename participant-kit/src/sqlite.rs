@@ -95,7 +95,49 @@ CREATE TABLE IF NOT EXISTS operation_history (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS operation_history_by_subject
     ON operation_history (subject, recorded_at_ms);
+CREATE INDEX IF NOT EXISTS operation_history_by_time
+    ON operation_history (recorded_at_ms);
 ";
+
+/// One purge batch of the operationHistory: the `?2` oldest records
+/// recorded before `?1` (a range of `operation_history_by_time`), deleted
+/// by primary key.
+pub const PURGE_SQL: &str = "DELETE FROM operation_history WHERE (request_id, kind) IN
+     (SELECT request_id, kind FROM operation_history WHERE recorded_at_ms < ?1
+      ORDER BY recorded_at_ms LIMIT ?2)";
+
+/// Deletes up to `limit` records recorded before `cutoff_ms`; how many.
+/// Meant for one small job of the group commit (see
+/// [`crate::retention`] for why a record may go then).
+pub fn purge_history(
+    conn: &Connection,
+    cutoff_ms: i64,
+    limit: usize,
+) -> Result<u64, rusqlite::Error> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let deleted = conn
+        .prepare_cached(PURGE_SQL)?
+        .execute(params![cutoff_ms, limit])?;
+    Ok(deleted as u64)
+}
+
+/// Bytes of the embedded file by SQLite's accounting (page_count ×
+/// page_size), as a participant reports it.
+pub async fn size_bytes(db: &EmbeddedDb) -> Result<u64, ParticipantError> {
+    Ok(db
+        .file_size()
+        .await
+        .map_err(|e| ParticipantError::Store(e.to_string()))?
+        .bytes())
+}
+
+/// Incremental vacuum of the free pages beyond a reserve (see
+/// `EmbeddedDb::reclaim`), as a participant reports it.
+pub async fn reclaim(db: &EmbeddedDb) -> Result<u64, ParticipantError> {
+    db.reclaim()
+        .await
+        .map_err(|e| ParticipantError::Store(e.to_string()))
+}
 
 /// Columns in the order [`from_row`] reads them.
 pub const COLUMNS: &str =
@@ -304,4 +346,28 @@ pub fn from_row(row: &Row<'_>) -> Result<OperationRecord, rusqlite::Error> {
         detail: row.get(7)?,
         recorded_at_ms: row.get(8)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The purge deletes by the time index and the primary key: no scan
+    /// of the table, no sort in a temporary b-tree.
+    #[test]
+    fn the_purge_is_planned_on_the_time_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {PURGE_SQL}"))
+            .unwrap()
+            .query_map(params![0, 10], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert!(plan.contains("operation_history_by_time"), "{plan}");
+        assert!(!plan.contains("SCAN operation_history"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
 }

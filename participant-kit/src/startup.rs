@@ -25,9 +25,11 @@ pub trait Participant: ParticipantDefaults {
     /// Opens (creating if needed) the embedded store at `path`.
     fn open_embedded(path: &Path, durability: Durability) -> Result<Arc<Self::Store>, BoxError>;
 
-    /// Opens the store in a MongoDB database (creating its indexes).
+    /// Opens the store in a MongoDB database (creating its indexes), its
+    /// records expiring `history_retention` after they were recorded.
     fn open_mongo(
         db: mongodb::Database,
+        history_retention: std::time::Duration,
     ) -> impl Future<Output = Result<Arc<Self::Store>, BoxError>>;
 
     /// Serves the participant's gRPC service over `store` on `listener`
@@ -82,13 +84,16 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
     // Checked before anything else: a bad TLS file or token stops start-up
     // at once, naming the flag.
     let options = config.serve_options()?;
+    // A history retention below the minimum is refused before anything
+    // is opened: one line saying why.
+    let history = config.retention.settings()?;
     let shutdown = Shutdown::new();
     shutdown.on_signals();
     let store = match &config.mongodb_uri {
         Some(uri) => {
             let db = mongo_client::connect(uri, &config.mongodb_database, P::NAME, shutdown.wait())
                 .await?;
-            P::open_mongo(db).await?
+            P::open_mongo(db, history.keep).await?
         }
         None => P::open_embedded(&config.database_path(), config.durability)?,
     };
@@ -102,11 +107,23 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
     // After the gRPC port is bound, so a busy gRPC port fails start-up
     // before an exporter is left serving. Logs the scrape URL.
     match config.metrics.start()? {
-        Some(_) => crate::metrics::describe(),
+        Some(_) => {
+            crate::metrics::describe();
+            crate::retention::describe();
+        }
         None => tracing::info!("metrics disabled (--no-metrics)"),
     }
     options.log_participant_startup(P::NAME);
-    P::serve(store, Kit::new(faults, options), listener, shutdown).await?;
+    tracing::info!(
+        history_retention = service_kit::retention::format_duration(history.keep),
+        minimum = service_kit::retention::format_duration(
+            config.retention.limits().minimum_history_retention()
+        ),
+        limits = %config.retention.limits(),
+        "operationHistory retention"
+    );
+    let kit = Kit::new(faults, options).with_history(history);
+    P::serve(store, kit, listener, shutdown).await?;
     Ok(())
 }
 
@@ -118,8 +135,10 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
 /// [`OperationLog`](crate::OperationLog). Expands to the marker type, its
 /// [`Participant`] impl and a `pub async fn serve(store, kit, listener,
 /// shutdown)` that serves the service (with `OperationHistoryService` over
-/// the store, the `faults.v1` admin API, reflection and health) until
-/// `shutdown` fires.
+/// the store, the `faults.v1` admin API, reflection and health, and the
+/// store's purge) until `shutdown` fires. The store trait must also extend
+/// [`HistoryExpiry`](crate::HistoryExpiry), and the MongoDB type have
+/// `open_with(db, history_retention)`.
 #[macro_export]
 macro_rules! participant {
     (
@@ -164,8 +183,9 @@ macro_rules! participant {
 
             async fn open_mongo(
                 db: $crate::__private::Database,
+                history_retention: $crate::__private::Duration,
             ) -> Result<::std::sync::Arc<Self::Store>, $crate::startup::BoxError> {
-                Ok(::std::sync::Arc::new(<$mongo>::open(db).await?))
+                Ok(::std::sync::Arc::new(<$mongo>::open_with(db, history_retention).await?))
             }
 
             async fn serve(
@@ -191,8 +211,9 @@ macro_rules! participant {
             let api = $server::new(<$api>::new(store.clone(), kit.clone()))
                 .max_decoding_message_size(kit.max_request_bytes());
             let name = <$server<$api> as $crate::__private::NamedService>::NAME;
-            let log: $crate::__private::Arc<dyn $crate::OperationLog> = store;
-            kit.serve($crate::__private::Routes::new(api), name, log, listener, shutdown)
+            let log: $crate::__private::Arc<dyn $crate::OperationLog> = store.clone();
+            let expiry: $crate::__private::Arc<dyn $crate::HistoryExpiry> = store;
+            kit.serve($crate::__private::Routes::new(api), name, $name, log, expiry, listener, shutdown)
                 .await
         }
     };

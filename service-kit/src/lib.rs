@@ -5,6 +5,10 @@
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
 //!   a true duplicate (same request id, same parameters) from a reused id.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
+//! - [`retention`]: how long finished work is kept — the minimum safe
+//!   operationHistory retention from the orchestrator's limits
+//!   ([`retention::CallLimits`], one function both sides use), duration
+//!   flags, and the purge loop of the embedded stores with its metrics.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
@@ -23,6 +27,7 @@
 pub mod auth;
 pub mod fingerprint;
 pub mod metrics;
+pub mod retention;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

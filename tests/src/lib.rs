@@ -144,15 +144,16 @@ impl Storage {
         .expect("connect to MongoDB")
     }
 
-    async fn payment(&self) -> Arc<dyn payment_svc::store::PaymentStore> {
+    async fn payment(&self, keep: Duration) -> Arc<dyn payment_svc::store::PaymentStore> {
         match self {
             Storage::Embedded(dir) => Arc::new(
                 SqlitePaymentStore::open(&dir.join("payment.db"), Durability::Process)
                     .expect("open payment"),
             ),
             Storage::Mongo { uri, prefix } => Arc::new(
-                payment_svc::store::MongoPaymentStore::open(
+                payment_svc::store::MongoPaymentStore::open_with(
                     Self::mongo_db(uri, prefix, "payment").await,
+                    keep,
                 )
                 .await
                 .expect("open payment"),
@@ -160,15 +161,16 @@ impl Storage {
         }
     }
 
-    async fn inventory(&self) -> Arc<dyn inventory_svc::store::InventoryStore> {
+    async fn inventory(&self, keep: Duration) -> Arc<dyn inventory_svc::store::InventoryStore> {
         match self {
             Storage::Embedded(dir) => Arc::new(
                 SqliteInventoryStore::open(&dir.join("inventory.db"), Durability::Process)
                     .expect("open inventory"),
             ),
             Storage::Mongo { uri, prefix } => Arc::new(
-                inventory_svc::store::MongoInventoryStore::open(
+                inventory_svc::store::MongoInventoryStore::open_with(
                     Self::mongo_db(uri, prefix, "inventory").await,
+                    keep,
                 )
                 .await
                 .expect("open inventory"),
@@ -176,16 +178,27 @@ impl Storage {
         }
     }
 
-    /// The saga store in this storage.
+    /// The saga store in this storage (default retention).
     pub async fn sagas(&self) -> Arc<dyn orchestrator::store::SagaStore> {
+        self.sagas_with(Default::default()).await
+    }
+
+    /// The saga store in this storage, keeping finished sagas as
+    /// `retention` says.
+    pub async fn sagas_with(
+        &self,
+        retention: orchestrator::store::SagaRetention,
+    ) -> Arc<dyn orchestrator::store::SagaStore> {
         match self {
             Storage::Embedded(dir) => Arc::new(
                 SqliteSagaStore::open(&dir.join("orchestrator.db"), Durability::Process)
-                    .expect("open sagas"),
+                    .expect("open sagas")
+                    .with_retention(retention),
             ),
             Storage::Mongo { uri, prefix } => Arc::new(
-                orchestrator::store::MongoSagaStore::open(
+                orchestrator::store::MongoSagaStore::open_with(
                     Self::mongo_db(uri, prefix, "orchestrator").await,
+                    retention,
                 )
                 .await
                 .expect("open sagas"),
@@ -219,36 +232,44 @@ pub async fn start_participant_with(
     options: service_kit::server::ServeOptions,
     addr: Option<SocketAddr>,
 ) -> Running {
+    start_participant_kit(
+        service,
+        storage,
+        participant_kit::Kit::new(faults, options),
+        addr,
+    )
+    .await
+}
+
+/// Starts a participant with `kit` (faults, serve options, history
+/// retention; its store opened with the same retention).
+pub async fn start_participant_kit(
+    service: Service,
+    storage: impl Into<Storage>,
+    kit: participant_kit::Kit,
+    addr: Option<SocketAddr>,
+) -> Running {
     let storage = storage.into();
     let listener = listener(addr.unwrap_or_else(any_port)).await;
     let addr = listener.local_addr().expect("local addr");
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
+    let keep = kit.history().keep;
     let task = match service {
         Service::Payment => {
-            let store = storage.payment().await;
+            let store = storage.payment(keep).await;
             tokio::spawn(async move {
-                payment_svc::serve(
-                    store,
-                    participant_kit::Kit::new(faults, options),
-                    listener,
-                    stop,
-                )
-                .await
-                .expect("payment serve");
+                payment_svc::serve(store, kit, listener, stop)
+                    .await
+                    .expect("payment serve");
             })
         }
         Service::Inventory => {
-            let store = storage.inventory().await;
+            let store = storage.inventory(keep).await;
             tokio::spawn(async move {
-                inventory_svc::serve(
-                    store,
-                    participant_kit::Kit::new(faults, options),
-                    listener,
-                    stop,
-                )
-                .await
-                .expect("inventory serve");
+                inventory_svc::serve(store, kit, listener, stop)
+                    .await
+                    .expect("inventory serve");
             })
         }
     };
@@ -283,6 +304,7 @@ pub fn test_settings(retry: RetryPolicy, port: u16) -> orchestrator::Settings {
         max_wait: Duration::from_secs(20),
         max_in_flight: 10_000,
         shutdown_grace: Duration::from_secs(5),
+        retention: Default::default(),
     }
 }
 
@@ -377,7 +399,7 @@ pub async fn serve_orchestrator_with_console(
     listener: tokio::net::TcpListener,
     console: Option<tokio::net::TcpListener>,
 ) -> Running {
-    let store = storage.into().sagas().await;
+    let store = storage.into().sagas_with(settings.retention.store()).await;
     serve_orchestrator_on(store, definition, settings, options, listener, console)
 }
 
@@ -448,6 +470,40 @@ impl Stack {
     pub async fn start_mongo() -> Option<Stack> {
         let storage = Storage::fresh_mongo()?;
         Some(Self::start_on(tempfile::tempdir().expect("tempdir"), storage, true).await)
+    }
+
+    /// All three services over `storage`, the orchestrator keeping
+    /// finished sagas as `sagas` says and the participants their records
+    /// as `history` says (each store opened accordingly).
+    pub async fn start_retaining(
+        dir: tempfile::TempDir,
+        storage: Storage,
+        sagas: orchestrator::retention::RetentionSettings,
+        history: participant_kit::HistoryRetention,
+    ) -> Stack {
+        let kit = || participant_kit::Kit::plain().with_history(history);
+        let payment = start_participant_kit(Service::Payment, storage.clone(), kit(), None).await;
+        let inventory =
+            start_participant_kit(Service::Inventory, storage.clone(), kit(), None).await;
+        let listener = listener(any_port()).await;
+        let port = listener.local_addr().expect("local addr").port();
+        let mut settings = test_settings(fast_retry(), port);
+        settings.retention = sagas;
+        let orchestrator = serve_orchestrator(
+            storage.clone(),
+            payment.addr,
+            inventory.addr,
+            settings,
+            listener,
+        )
+        .await;
+        Stack {
+            dir,
+            storage,
+            payment,
+            inventory,
+            orchestrator: Some(orchestrator),
+        }
     }
 
     async fn start_on(dir: tempfile::TempDir, storage: Storage, orchestrator: bool) -> Stack {

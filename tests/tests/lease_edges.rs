@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
 use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
-use orchestrator::store::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
+use orchestrator::store::{
+    Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError, StoreStats,
+};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::{Service, Stack, Storage, fast_retry, order_request};
@@ -63,6 +65,18 @@ impl SagaStore for SlowCreate {
     ) -> Result<Vec<Saga>, StoreError> {
         self.inner.claimable(now_ms, owner, limit).await
     }
+    async fn expired(&self, now_ms: i64, limit: usize) -> Result<Vec<Saga>, StoreError> {
+        self.inner.expired(now_ms, limit).await
+    }
+    async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError> {
+        self.inner.delete_finished(sagas).await
+    }
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(now_ms, limit).await
+    }
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.inner.stats().await
+    }
 }
 
 /// The lease the test's instance holds: far longer than the test may take,
@@ -90,6 +104,7 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         max_wait: Duration::from_secs(10),
         max_in_flight: 100,
         shutdown_grace: Duration::from_secs(5),
+        retention: Default::default(),
     };
     let orchestrator = saga_tests::serve_orchestrator_on(
         store.clone(),
@@ -219,6 +234,7 @@ fn lease_settings(owner: &str, ttl: Duration) -> orchestrator::Settings {
         max_wait: Duration::from_secs(10),
         max_in_flight: 100,
         shutdown_grace: Duration::from_secs(5),
+        retention: Default::default(),
     }
 }
 

@@ -267,8 +267,10 @@ async fn charge(
 async fn metrics_are_served_over_http_and_count_what_happened() {
     let addr = free_port();
     service_kit::metrics::serve_metrics(addr).expect("install the Prometheus recorder");
-    // What the participant binaries call after starting the exporter.
+    // What the binaries call after starting the exporter.
     participant_kit::metrics::describe();
+    participant_kit::retention::describe();
+    orchestrator::retention::describe();
 
     let stack = Stack::start().await;
     stack.deposit("alice", 100_000).await;
@@ -324,9 +326,19 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
     assert_eq!(hanging.code(), Code::FailedPrecondition);
 
     let m = scrape_until(addr, |s| {
-        s.sum("sagas_finished_total", &[]) >= 3.0 && s.value("saga_in_flight", &[]) == Some(0.0)
+        s.sum("sagas_finished_total", &[]) >= 3.0
+            && s.value("saga_in_flight", &[]) == Some(0.0)
+            && s.matching("store_size_bytes", &[]).count() >= 3
     })
     .await;
+
+    // Retention: each store's size by its own accounting (set by the
+    // first purge round at start-up), and the oldest finished saga's age.
+    for service in ["orchestrator", "payment-svc", "inventory-svc"] {
+        let size = m.expect("store_size_bytes", &[("service", service)]);
+        assert!(size >= 4096.0, "{service}: {size}");
+    }
+    assert!(m.value("saga_oldest_finished_age_seconds", &[]).is_some());
 
     // Orchestrator.
     assert_eq!(m.expect("sagas_started_total", &[]), 3.0);
@@ -375,6 +387,8 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
     for described in [
         "participant_operations_total",
         "participant_call_duration_seconds",
+        "store_size_bytes",
+        "saga_oldest_finished_age_seconds",
     ] {
         assert!(
             m.text.contains(&format!("# HELP {described} ")),

@@ -15,8 +15,8 @@ pub use sqlite::SqliteInventoryStore;
 
 use async_trait::async_trait;
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, OperationRecord,
-    ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    OperationRecord, ParticipantError,
 };
 use service_kit::fingerprint::Fingerprint;
 
@@ -202,7 +202,7 @@ impl ProductView {
 /// request id's operationHistory records and then its deducted order lines
 /// (`ListOperations`).
 #[async_trait]
-pub trait InventoryStore: OperationLog + Send + Sync + 'static {
+pub trait InventoryStore: OperationLog + HistoryExpiry + Send + Sync + 'static {
     /// Takes every line, or nothing: refused when a product is unknown or
     /// short (quantities of repeated products are added up first), or when
     /// `admission` says so (through the barrier: a deduction already

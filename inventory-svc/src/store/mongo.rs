@@ -2,8 +2,9 @@
 //!
 //! Collections: `products` `{_id: product_id, available}`, `deduct_lines`
 //! `{_id: "<request_id>#<line_index>", request_id, line_index, product_id,
-//! quantity, status, recorded_at_ms}` (unique on `(request_id,
-//! line_index)`), and the shared operationHistory. Every integer is stored
+//! quantity, status, recorded_at_ms, expire_at}` (unique on `(request_id,
+//! line_index)`; TTL on `expire_at`, like the records), and the shared
+//! operationHistory. Every integer is stored
 //! as an Int64.
 //!
 //! Deduct touches every product of the order, one line document per line
@@ -31,8 +32,10 @@ use mongodb::error::Error;
 use participant_kit::counter::Add;
 use participant_kit::mongo::{self as history, MongoHistory, participant_error};
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    ParticipantError,
 };
+use service_kit::retention::PurgeBatch;
 
 const PRODUCTS: &str = "products";
 const DEDUCT_LINES: &str = "deduct_lines";
@@ -60,6 +63,7 @@ pub fn deduct_line_indexes() -> Vec<mongodb::IndexModel> {
             doc! { "product_id": 1, "recorded_at_ms": -1, "request_id": -1, "line_index": -1 },
             false,
         ),
+        mongo_client::ttl_index(history::EXPIRE_INDEX, "expire_at"),
     ]
 }
 
@@ -67,11 +71,19 @@ pub fn deduct_line_indexes() -> Vec<mongodb::IndexModel> {
 #[derive(Clone, Debug)]
 pub struct MongoInventoryStore {
     db: Database,
+    history: history::HistoryDb,
 }
 
 impl MongoInventoryStore {
-    /// Uses `db`, creating the indexes the store relies on (idempotent).
+    /// Uses `db`, creating the indexes the store relies on (idempotent),
+    /// with the default history retention.
     pub async fn open(db: Database) -> Result<Self, Error> {
+        Self::open_with(db, participant_kit::HistoryRetention::default().keep).await
+    }
+
+    /// [`Self::open`], records expiring `keep` after they were recorded
+    /// (TTL indexes on `expire_at`).
+    pub async fn open_with(db: Database, keep: std::time::Duration) -> Result<Self, Error> {
         history::ensure_history_indexes(&db).await?;
         // Products are keyed by _id = product_id; no other index is needed.
         mongo_client::ensure_indexes(
@@ -80,7 +92,8 @@ impl MongoInventoryStore {
             &["product_recent"],
         )
         .await?;
-        Ok(MongoInventoryStore { db })
+        let history = history::HistoryDb::new(db.clone(), keep);
+        Ok(MongoInventoryStore { db, history })
     }
 }
 
@@ -163,9 +176,11 @@ impl StockTx for MongoHistory<'_> {
         lines: &[Line],
         recorded_at_ms: i64,
     ) -> Result<bool, Error> {
+        let expire_at = self.expire_at(recorded_at_ms);
         let documents = (0_i64..).zip(lines).map(|(line_index, line)| {
             doc! {
                 "_id": line_id(request_id, line_index),
+                "expire_at": expire_at,
                 "request_id": request_id,
                 "line_index": line_index,
                 "product_id": &line.product_id,
@@ -233,7 +248,7 @@ impl InventoryStore for MongoInventoryStore {
         admission: Admission,
     ) -> Result<ActionReply<()>, ParticipantError> {
         history::transact(
-            &self.db,
+            &self.history,
             deduction,
             admission,
             |tx, d, a| stock::deduct(tx, d, a).boxed(),
@@ -244,7 +259,7 @@ impl InventoryStore for MongoInventoryStore {
 
     async fn restock(&self, deduction: Deduction) -> Result<CompensationResult, ParticipantError> {
         history::transact(
-            &self.db,
+            &self.history,
             deduction,
             Admission::Apply,
             |tx, d, _| stock::restock(tx, d).boxed(),
@@ -258,7 +273,7 @@ impl InventoryStore for MongoInventoryStore {
         addition: StockAddition,
     ) -> Result<ActionReply<i64>, ParticipantError> {
         history::transact(
-            &self.db,
+            &self.history,
             addition,
             Admission::Apply,
             |tx, a, _| stock::add_stock(tx, a).boxed(),
@@ -342,5 +357,23 @@ impl OperationLog for MongoInventoryStore {
             .collect::<Result<Vec<_>, Error>>()
             .map_err(participant_error)?;
         Ok(super::logged_operations(records, lines))
+    }
+}
+
+#[async_trait]
+impl HistoryExpiry for MongoInventoryStore {
+    async fn purge_recorded_before(
+        &self,
+        _cutoff_ms: i64,
+        _limit: usize,
+    ) -> Result<PurgeBatch, ParticipantError> {
+        // The TTL indexes on `expire_at` delete expired records.
+        Ok(PurgeBatch::default())
+    }
+
+    async fn size_bytes(&self) -> Result<u64, ParticipantError> {
+        self.history
+            .size_bytes(&[history::COLLECTION, PRODUCTS, DEDUCT_LINES])
+            .await
     }
 }

@@ -18,9 +18,11 @@ use futures::FutureExt;
 use participant_kit::counter::{Add, Take};
 use participant_kit::sqlite::{self as history, SqliteHistory, transact};
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    ParticipantError,
 };
 use rusqlite::{Connection, params};
+use service_kit::retention::PurgeBatch;
 use std::path::Path;
 
 const SCHEMA: &str = "
@@ -39,7 +41,23 @@ CREATE TABLE IF NOT EXISTS deduct_lines (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS deduct_lines_by_product
     ON deduct_lines (product_id, recorded_at_ms);
+CREATE INDEX IF NOT EXISTS deduct_lines_by_time ON deduct_lines (recorded_at_ms);
 ";
+
+/// One purge batch of the order lines: the `?2` oldest lines recorded
+/// before `?1` (a range of `deduct_lines_by_time`), deleted by primary key.
+const PURGE_LINES_SQL: &str = "DELETE FROM deduct_lines WHERE (request_id, line_index) IN
+     (SELECT request_id, line_index FROM deduct_lines WHERE recorded_at_ms < ?1
+      ORDER BY recorded_at_ms LIMIT ?2)";
+
+/// Deletes up to `limit` order lines recorded before `cutoff_ms`; how many.
+fn purge_lines(conn: &Connection, cutoff_ms: i64, limit: usize) -> Result<u64, rusqlite::Error> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let deleted = conn
+        .prepare_cached(PURGE_LINES_SQL)?
+        .execute(params![cutoff_ms, limit])?;
+    Ok(deleted as u64)
+}
 
 /// Inventory store in a SQLite file (see `embedded_store`).
 #[derive(Clone, Debug)]
@@ -284,10 +302,57 @@ impl OperationLog for SqliteInventoryStore {
     }
 }
 
+#[async_trait]
+impl HistoryExpiry for SqliteInventoryStore {
+    async fn purge_recorded_before(
+        &self,
+        cutoff_ms: i64,
+        limit: usize,
+    ) -> Result<PurgeBatch, ParticipantError> {
+        self.db
+            .write(move |conn| {
+                let records = history::purge_history(conn, cutoff_ms, limit)?;
+                let lines = purge_lines(conn, cutoff_ms, limit)?;
+                Ok::<_, ParticipantError>(PurgeBatch {
+                    deleted: vec![("operation_history", records), ("deduct_lines", lines)],
+                    more: records.max(lines) >= limit as u64,
+                })
+            })
+            .await
+    }
+
+    async fn reclaim(&self) -> Result<u64, ParticipantError> {
+        history::reclaim(&self.db).await
+    }
+
+    async fn size_bytes(&self) -> Result<u64, ParticipantError> {
+        history::size_bytes(&self.db).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::Line;
+
+    /// The lines' purge deletes by the time index and the primary key: no
+    /// scan of the table, no sort in a temporary b-tree.
+    #[test]
+    fn the_lines_purge_is_planned_on_the_time_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {PURGE_LINES_SQL}"))
+            .unwrap()
+            .query_map(params![0, 10], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert!(plan.contains("deduct_lines_by_time"), "{plan}");
+        assert!(!plan.contains("SCAN deduct_lines"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
 
     fn open() -> (tempfile::TempDir, SqliteInventoryStore) {
         let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,13 @@
 //!   stored version is the one the caller read, so two writers can never both
 //!   advance one saga;
 //! - every query is served by an index (listings by status, by customer or
-//!   all, newest first; counts per status; recovery by status and lease).
+//!   all, newest first; counts per status; recovery by status and lease;
+//!   retention by finish time);
+//! - COMPLETED and CANCELLED sagas expire [`SagaRetention::keep`] after
+//!   they finished ([`Saga::expires_from_ms`]); FAILED and unfinished sagas
+//!   never do. The embedded store deletes them when asked
+//!   ([`SagaStore::purge_expired`], in small batches); MongoDB deletes them
+//!   by itself (a TTL index on `expire_at`).
 
 mod mongo;
 mod sqlite;
@@ -19,6 +25,58 @@ pub use sqlite::SqliteSagaStore;
 
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
+use std::time::Duration;
+
+pub use service_kit::retention::StoreStats;
+
+/// How long a store keeps finished sagas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SagaRetention {
+    /// COMPLETED and CANCELLED sagas are deleted this long after they
+    /// finished; `None` keeps them forever.
+    pub keep: Option<Duration>,
+    /// Sagas are archived before they are deleted (`--archive-dir`): on
+    /// MongoDB the TTL index then waits [`ARCHIVE_GRACE`] longer, so the
+    /// orchestrator's purge (which archives first) gets there before it.
+    pub archive: bool,
+}
+
+/// How much longer MongoDB's TTL index waits when sagas are archived:
+/// the orchestrator's purge archives and deletes them at the retention,
+/// the TTL index is only the backstop.
+pub const ARCHIVE_GRACE: Duration = Duration::from_secs(3600);
+
+impl Default for SagaRetention {
+    fn default() -> Self {
+        SagaRetention {
+            keep: Some(service_kit::retention::DEFAULT_SAGA_RETENTION),
+            archive: false,
+        }
+    }
+}
+
+impl SagaRetention {
+    /// Sagas that finished before this (ms since the epoch) have expired at
+    /// `now_ms`; `None` when nothing expires.
+    pub fn cutoff_ms(&self, now_ms: i64) -> Option<i64> {
+        let keep = i64::try_from(self.keep?.as_millis()).unwrap_or(i64::MAX);
+        Some(now_ms.saturating_sub(keep))
+    }
+
+    /// When MongoDB's TTL index deletes `saga` (ms since the epoch): its
+    /// finish time plus the retention (plus [`ARCHIVE_GRACE`] when
+    /// archiving); `None` — never — for a saga that must live.
+    pub fn expire_at_ms(&self, saga: &Saga) -> Option<i64> {
+        let keep = self.keep?
+            + if self.archive {
+                ARCHIVE_GRACE
+            } else {
+                Duration::ZERO
+            };
+        let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        Some(saga.expires_from_ms()?.saturating_add(keep))
+    }
+}
 
 /// Why a store call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -142,6 +200,33 @@ pub trait SagaStore: Send + Sync + 'static {
         owner: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Saga>, StoreError>;
+
+    /// Up to `limit` sagas that expired by `now_ms` (finished longer ago
+    /// than the retention), longest expired first: what the purge archives
+    /// before [`SagaStore::delete_finished`]. Served by the finish-time
+    /// index (SQLite `sagas_finished`, MongoDB the `expire_at` TTL index).
+    async fn expired(&self, now_ms: i64, limit: usize) -> Result<Vec<Saga>, StoreError>;
+
+    /// Deletes these sagas, if they are COMPLETED or CANCELLED in the store
+    /// (by id and request id, the shard key: a finished saga never changes
+    /// again). Returns how many went.
+    async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError>;
+
+    /// Deletes up to `limit` sagas that expired by `now_ms`, in one small
+    /// write; how many went. MongoDB deletes nothing here: its TTL index
+    /// does it.
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<u64, StoreError>;
+
+    /// Gives free space beyond what the next inserts will reuse back to
+    /// the file system (the embedded store's incremental vacuum); bytes
+    /// released.
+    async fn reclaim(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    /// The store's size by its own accounting and its oldest finished
+    /// saga, for the gauges.
+    async fn stats(&self) -> Result<StoreStats, StoreError>;
 }
 
 /// The first `limit` of two claimable listings (each already in

@@ -7,30 +7,42 @@
 //! the unique `request_id` index arbitrates, and `save` is an update whose
 //! filter includes the version read (optimistic concurrency).
 //!
+//! Retention: a COMPLETED or CANCELLED saga carries `expire_at`, a BSON
+//! Date (its finish time plus the retention), and a TTL index on it lets
+//! the server delete it some time after that date (mongod's TTL monitor
+//! runs every 60 s). Every other saga has `expire_at: null`, which a TTL
+//! index never expires, so a FAILED or unfinished saga cannot be deleted
+//! whatever the index does. A changed retention applies to sagas that
+//! finish from then on.
+//!
 //! A duplicate-key error is only "already exists" when it comes from the
 //! `request_id` index (or, if the server does not say which index, when a
 //! saga with that request id can be read back); any other is an error.
 
 use super::{
-    Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError, decode_each,
-    merge_claimable,
+    Created, Cursor, Page, SagaFilter, SagaRetention, SagaStore, StatusCounts, StoreError,
+    StoreStats, decode_each, merge_claimable,
 };
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::TryStreamExt;
-use mongo_client::{duplicate_key, index};
+use mongo_client::{duplicate_key, index, ttl_index};
 use mongodb::error::Error;
 use mongodb::{Collection, Database};
 
 const SAGAS: &str = "sagas";
 const REQUEST_ID_INDEX: &str = "request_id_unique";
 const CLAIMABLE_INDEX: &str = "claimable";
+/// The TTL index on `expire_at`; it also serves the archive's scan.
+const EXPIRE_INDEX: &str = "expire_at_ttl";
 
 /// Saga store in a MongoDB database.
 #[derive(Clone, Debug)]
 pub struct MongoSagaStore {
     sagas: Collection<Document>,
+    db: Database,
+    retention: SagaRetention,
 }
 
 /// How `sagas` is sharded: by request id (hashed), the key of its unique
@@ -68,6 +80,7 @@ pub fn indexes() -> Vec<mongodb::IndexModel> {
             doc! { "customer_id": 1, "status": 1, "created_at_ms": -1, "_id": -1 },
             false,
         ),
+        ttl_index(EXPIRE_INDEX, "expire_at"),
     ]
 }
 
@@ -75,14 +88,26 @@ impl MongoSagaStore {
     /// Uses `db`, creating the indexes (idempotent): sagas unique by
     /// request_id; newest-first listing, optionally by status or by
     /// customer; counts by status; recovery by `claimable_after_ms` (and
-    /// owner). Sagas stored by an older version get the top-level fields it
-    /// did not write (customer, claimable time).
+    /// owner); the TTL index on `expire_at`. Sagas stored by an older
+    /// version get the top-level fields it did not write (customer,
+    /// claimable time, expiry date). Keeps finished sagas for the default
+    /// retention.
     pub async fn open(db: Database) -> Result<Self, Error> {
+        Self::open_with(db, SagaRetention::default()).await
+    }
+
+    /// [`MongoSagaStore::open`] keeping finished sagas as `retention` says.
+    pub async fn open_with(db: Database, retention: SagaRetention) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
         sagas.create_indexes(indexes()).await?;
         backfill_customer_ids(&sagas).await?;
         backfill_claimable(&sagas).await?;
-        Ok(MongoSagaStore { sagas })
+        backfill_expire_at(&sagas, &retention).await?;
+        Ok(MongoSagaStore {
+            sagas,
+            db,
+            retention,
+        })
     }
 
     async fn find_one(&self, filter: Document) -> Result<Option<Saga>, StoreError> {
@@ -180,6 +205,49 @@ async fn backfill_claimable(sagas: &Collection<Document>) -> Result<(), Error> {
     Ok(())
 }
 
+/// Dates finished sagas stored before `expire_at` existed (or while the
+/// retention was off): found through the TTL index, which holds a missing
+/// field as null beside the few sagas that must live (one equality query
+/// per status, no `$in`), each updated with a filter that still requires
+/// no date.
+async fn backfill_expire_at(
+    sagas: &Collection<Document>,
+    retention: &SagaRetention,
+) -> Result<(), Error> {
+    if retention.keep.is_none() {
+        return Ok(());
+    }
+    for status in [SagaStatus::Completed, SagaStatus::Cancelled] {
+        let missing: Vec<Document> = sagas
+            .find(doc! { "expire_at": null, "status": status.as_str() })
+            .hint(mongodb::options::Hint::Name(EXPIRE_INDEX.to_owned()))
+            .projection(doc! { "saga": 1 })
+            .await?
+            .try_collect()
+            .await?;
+        for d in missing {
+            let (Ok(id), Ok(saga)) = (d.get_str("_id"), decode(&d)) else {
+                continue;
+            };
+            sagas
+                .update_one(
+                    doc! { "_id": id, "request_id": &saga.request_id, "expire_at": null },
+                    doc! { "$set": { "expire_at": expire_at(retention, &saga) } },
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The saga's `expire_at`: a Date once it may expire, else null.
+fn expire_at(retention: &SagaRetention, saga: &Saga) -> bson::Bson {
+    match retention.expire_at_ms(saga) {
+        Some(ms) => bson::Bson::DateTime(bson::DateTime::from_millis(ms)),
+        None => bson::Bson::Null,
+    }
+}
+
 /// A driver error in domain terms: what may pass (unreachable server,
 /// election, write conflict, anything the driver labels retryable) is
 /// `Unavailable`, which the executor waits out without losing the saga;
@@ -197,7 +265,7 @@ fn version(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn encode(saga: &Saga) -> Result<Document, StoreError> {
+fn encode(saga: &Saga, retention: &SagaRetention) -> Result<Document, StoreError> {
     let body = bson::to_document(saga).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     Ok(doc! {
         "_id": &saga.saga_id,
@@ -210,6 +278,7 @@ fn encode(saga: &Saga) -> Result<Document, StoreError> {
         "lease_owner": saga.lease_owner(),
         "lease_until_ms": saga.lease_until_ms(),
         "claimable_after_ms": saga.claimable_after_ms(),
+        "expire_at": expire_at(retention, saga),
         "saga": body,
     })
 }
@@ -227,7 +296,7 @@ fn decode(d: &Document) -> Result<Saga, StoreError> {
 #[async_trait]
 impl SagaStore for MongoSagaStore {
     async fn create(&self, saga: &Saga) -> Result<Created, StoreError> {
-        let document = encode(saga)?;
+        let document = encode(saga, &self.retention)?;
         let error = match self.sagas.insert_one(document).await {
             Ok(_) => return Ok(Created::New),
             Err(error) => error,
@@ -273,6 +342,7 @@ impl SagaStore for MongoSagaStore {
                     "lease_owner": saga.lease_owner(),
                     "lease_until_ms": saga.lease_until_ms(),
                     "claimable_after_ms": saga.claimable_after_ms(),
+                    "expire_at": expire_at(&self.retention, saga),
                     "saga": body,
                 } },
             )
@@ -389,5 +459,80 @@ impl SagaStore for MongoSagaStore {
             decode_each(own, decode),
             limit,
         ))
+    }
+
+    async fn expired(&self, now_ms: i64, limit: usize) -> Result<Vec<Saga>, StoreError> {
+        if self.retention.keep.is_none() {
+            return Ok(Vec::new());
+        }
+        // Finished before now − keep ⟺ expire_at (finish + keep + grace)
+        // before now + grace: a range of the TTL index, in its order.
+        let grace = if self.retention.archive {
+            i64::try_from(super::ARCHIVE_GRACE.as_millis()).unwrap_or(i64::MAX)
+        } else {
+            0
+        };
+        let before = bson::DateTime::from_millis(now_ms.saturating_add(grace));
+        let docs = self
+            .find_documents(
+                doc! { "expire_at": { "$lt": before } },
+                doc! { "expire_at": 1 },
+                limit,
+            )
+            .await?;
+        Ok(decode_each(docs, decode))
+    }
+
+    async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError> {
+        // One delete per saga, each by `_id` and request id (the shard
+        // key) and only while it carries an expiry date: a FAILED or
+        // unfinished saga has none, so it cannot be deleted here by
+        // mistake. Hinted to `_id_`: with several indexes applicable the
+        // test server scans the collection (and an `$in` of ids beside a
+        // second field would too). Concurrent, with the client's write
+        // concern.
+        let deletes = sagas.iter().map(|saga| async move {
+            self.sagas
+                .delete_one(doc! {
+                    "_id": &saga.saga_id,
+                    "request_id": &saga.request_id,
+                    "expire_at": { "$gte": bson::DateTime::from_millis(0) },
+                })
+                .hint(mongodb::options::Hint::Name("_id_".to_owned()))
+                .await
+                .map(|r| r.deleted_count)
+        });
+        let deleted = futures::future::try_join_all(deletes)
+            .await
+            .map_err(store_error)?;
+        Ok(deleted.into_iter().sum())
+    }
+
+    async fn purge_expired(&self, _now_ms: i64, _limit: usize) -> Result<u64, StoreError> {
+        // The TTL index deletes expired sagas.
+        Ok(0)
+    }
+
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let size = mongo_client::collection_bytes(&self.db, &[SAGAS])
+            .await
+            .map_err(store_error)?;
+        // The soonest expiry is the oldest finish (one retention for all).
+        let oldest = self
+            .sagas
+            .find_one(doc! { "expire_at": { "$gte": bson::DateTime::from_millis(0) } })
+            .sort(doc! { "expire_at": 1 })
+            .projection(doc! { "saga.updated_at_ms": 1 })
+            .await
+            .map_err(store_error)?;
+        let oldest_finished_ms = oldest.and_then(|d| {
+            d.get_document("saga")
+                .ok()
+                .and_then(|s| s.get_i64("updated_at_ms").ok())
+        });
+        Ok(StoreStats {
+            size_bytes: Some(size),
+            oldest_finished_ms,
+        })
     }
 }

@@ -1,13 +1,19 @@
 //! The embedded saga store: one SQLite table, the saga as a JSON document
 //! plus the indexed columns queries need (request_id unique, status,
-//! customer, created time, version, lease).
+//! customer, created time, version, lease, finish time).
+//!
+//! Retention: `finished_at_ms` is set when a saga becomes COMPLETED or
+//! CANCELLED (NULL otherwise, so FAILED and unfinished sagas are never in
+//! the partial index `sagas_finished`); the purge deletes the oldest
+//! finished ones by that index in small batches, each one job of the
+//! writer's group commit.
 //!
 //! JSON is serialised on the caller's task, so the single writer thread only
 //! runs the SQL; concurrent sagas' writes share group commits.
 
 use super::{
-    Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError, decode_each,
-    merge_claimable,
+    Created, Cursor, Page, SagaFilter, SagaRetention, SagaStore, StatusCounts, StoreError,
+    StoreStats, decode_each, merge_claimable,
 };
 use crate::saga::{Saga, SagaStatus};
 use async_trait::async_trait;
@@ -27,6 +33,7 @@ CREATE TABLE IF NOT EXISTS sagas (
     lease_owner   TEXT,
     lease_until_ms INTEGER NOT NULL DEFAULT 0,
     claimable_after_ms INTEGER NOT NULL DEFAULT 0,
+    finished_at_ms INTEGER,
     doc           TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sagas_newest ON sagas (created_at_ms DESC, saga_id DESC);
@@ -35,23 +42,33 @@ DROP INDEX IF EXISTS sagas_by_lease;
 CREATE INDEX IF NOT EXISTS sagas_claimable ON sagas (claimable_after_ms);
 CREATE INDEX IF NOT EXISTS sagas_own_claimable ON sagas (lease_owner, claimable_after_ms);
 CREATE INDEX IF NOT EXISTS sagas_by_customer ON sagas (customer_id, created_at_ms DESC, saga_id DESC);
+CREATE INDEX IF NOT EXISTS sagas_finished ON sagas (finished_at_ms) WHERE finished_at_ms IS NOT NULL;
 ";
 
 /// Saga store in a SQLite file.
 #[derive(Clone, Debug)]
 pub struct SqliteSagaStore {
     db: EmbeddedDb,
+    retention: SagaRetention,
 }
 
 impl SqliteSagaStore {
-    /// Opens (creating or migrating if needed) the store at `path`.
+    /// Opens (creating or migrating if needed) the store at `path`, with
+    /// the default retention.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, DbError> {
         if path.exists() {
             migrate(path)?;
         }
         Ok(SqliteSagaStore {
             db: EmbeddedDb::open(path, SCHEMA, durability)?,
+            retention: SagaRetention::default(),
         })
+    }
+
+    /// The store keeping finished sagas as `retention` says.
+    pub fn with_retention(mut self, retention: SagaRetention) -> Self {
+        self.retention = retention;
+        self
     }
 }
 
@@ -59,7 +76,8 @@ impl SqliteSagaStore {
 /// lease columns (before leases existed), the customer column, filled
 /// from each saga's document (before the console searched by customer), and
 /// the claimable time (before recovery had one index to scan), computed
-/// as [`Saga::claimable_after_ms`] does.
+/// as [`Saga::claimable_after_ms`] does, and the finish time (before
+/// retention), as [`Saga::expires_from_ms`] does.
 /// The indexes on them are created by `SCHEMA` right after.
 fn migrate(path: &Path) -> Result<(), DbError> {
     let conn = Connection::open(path)?;
@@ -92,6 +110,20 @@ fn migrate(path: &Path) -> Result<(), DbError> {
              UPDATE sagas SET claimable_after_ms =
                  CASE WHEN status IN ('running', 'compensating') THEN lease_until_ms
                       ELSE 9223372036854775807 END;
+             COMMIT;",
+        )?;
+    }
+    let has_finished: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'finished_at_ms'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_finished {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE sagas ADD COLUMN finished_at_ms INTEGER;
+             UPDATE sagas SET finished_at_ms = updated_at_ms
+                 WHERE status IN ('completed', 'cancelled');
              COMMIT;",
         )?;
     }
@@ -227,13 +259,15 @@ impl SagaStore for SqliteSagaStore {
         );
         let (created, updated, version) =
             (saga.created_at_ms, saga.updated_at_ms, to_i64(saga.version));
+        let finished = saga.expires_from_ms();
         self.db
             .write(move |conn| {
                 let inserted = conn
                     .prepare_cached(
                         "INSERT INTO sagas (saga_id, request_id, status, version, created_at_ms, updated_at_ms,
-                                            lease_owner, lease_until_ms, doc, customer_id, claimable_after_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (request_id) DO NOTHING",
+                                            lease_owner, lease_until_ms, doc, customer_id, claimable_after_ms,
+                                            finished_at_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT (request_id) DO NOTHING",
                     )?
                     .execute(params![
                         saga_id,
@@ -246,7 +280,8 @@ impl SagaStore for SqliteSagaStore {
                         lease_until,
                         doc,
                         customer_id,
-                        claimable
+                        claimable,
+                        finished
                     ])?;
                 if inserted == 1 {
                     return Ok(Created::New);
@@ -273,12 +308,14 @@ impl SagaStore for SqliteSagaStore {
             saga.claimable_after_ms(),
         );
         let expected = version.saturating_sub(1);
+        let finished = saga.expires_from_ms();
         self.db
             .write(move |conn| {
                 let changed = conn
                     .prepare_cached(
                         "UPDATE sagas SET status = ?2, version = ?3, updated_at_ms = ?4, doc = ?5,
-                                         lease_owner = ?7, lease_until_ms = ?8, claimable_after_ms = ?9
+                                         lease_owner = ?7, lease_until_ms = ?8, claimable_after_ms = ?9,
+                                         finished_at_ms = ?10
                          WHERE saga_id = ?1 AND version = ?6",
                     )?
                     .execute(params![
@@ -290,7 +327,8 @@ impl SagaStore for SqliteSagaStore {
                         to_i64(expected),
                         lease_owner,
                         lease_until,
-                        claimable
+                        claimable,
+                        finished
                     ])?;
                 if changed == 1 {
                     Ok(())
@@ -375,7 +413,89 @@ impl SagaStore for SqliteSagaStore {
             })
             .await
     }
+
+    async fn expired(&self, now_ms: i64, limit: usize) -> Result<Vec<Saga>, StoreError> {
+        let Some(cutoff) = self.retention.cutoff_ms(now_ms) else {
+            return Ok(Vec::new());
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.db
+            .read(move |conn| {
+                let docs = conn
+                    .prepare_cached(EXPIRED_SQL)?
+                    .query_map(params![cutoff, limit], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(decode_each(docs, |d| decode(d)))
+            })
+            .await
+    }
+
+    async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError> {
+        let saga_ids: Vec<String> = sagas.iter().map(|s| s.saga_id.clone()).collect();
+        self.db
+            .write(move |conn| {
+                let mut delete = conn.prepare_cached(DELETE_FINISHED_SQL)?;
+                let mut deleted = 0;
+                for id in &saga_ids {
+                    deleted += delete.execute([id])? as u64;
+                }
+                Ok(deleted)
+            })
+            .await
+    }
+
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<u64, StoreError> {
+        let Some(cutoff) = self.retention.cutoff_ms(now_ms) else {
+            return Ok(0);
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.db
+            .write(move |conn| {
+                let deleted = conn
+                    .prepare_cached(PURGE_SQL)?
+                    .execute(params![cutoff, limit])?;
+                Ok(deleted as u64)
+            })
+            .await
+    }
+
+    async fn reclaim(&self) -> Result<u64, StoreError> {
+        Ok(self.db.reclaim().await?)
+    }
+
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let size = self.db.file_size().await?;
+        let oldest: Option<i64> = self
+            .db
+            .read(|conn| -> Result<Option<i64>, StoreError> {
+                Ok(conn.query_row(OLDEST_FINISHED_SQL, [], |r| r.get(0))?)
+            })
+            .await?;
+        Ok(StoreStats {
+            size_bytes: Some(size.bytes()),
+            oldest_finished_ms: oldest,
+        })
+    }
 }
+
+/// Finished sagas that expired (finished before `?1`), longest expired
+/// first: a range of `sagas_finished`.
+const EXPIRED_SQL: &str = "SELECT doc FROM sagas WHERE finished_at_ms < ?1
+     ORDER BY finished_at_ms LIMIT ?2";
+
+/// One purge batch: the `?2` longest-expired sagas (a range of
+/// `sagas_finished`), deleted by primary key.
+const PURGE_SQL: &str = "DELETE FROM sagas WHERE saga_id IN
+     (SELECT saga_id FROM sagas WHERE finished_at_ms < ?1 ORDER BY finished_at_ms LIMIT ?2)";
+
+/// One archived saga, by primary key, only if it is finished.
+const DELETE_FINISHED_SQL: &str =
+    "DELETE FROM sagas WHERE saga_id = ?1 AND finished_at_ms IS NOT NULL";
+
+/// When the oldest finished saga finished: the first entry of
+/// `sagas_finished`.
+const OLDEST_FINISHED_SQL: &str =
+    "SELECT MIN(finished_at_ms) FROM sagas WHERE finished_at_ms IS NOT NULL";
 
 /// Unfinished sagas whose lease expired before `?1` (or that nobody
 /// leases), longest waiting first: a range of `sagas_claimable`.
@@ -459,8 +579,9 @@ mod tests {
         assert_eq!(store.list(&zoe, 10, None).await.unwrap().sagas.len(), 2);
     }
 
-    /// Every listing shape and the counts are answered from an index,
-    /// without sorting in a temporary b-tree.
+    /// Every listing shape, the counts, recovery and the purge statements
+    /// are answered from an index, without sorting in a temporary b-tree
+    /// (no statement scans the table).
     #[test]
     fn every_query_of_the_console_is_planned_on_an_index() {
         let conn = Connection::open_in_memory().unwrap();
@@ -503,10 +624,15 @@ mod tests {
         for (sql, index) in [
             (CLAIMABLE_SQL, "sagas_claimable"),
             (OWN_CLAIMABLE_SQL, "sagas_own_claimable"),
+            (EXPIRED_SQL, "sagas_finished"),
+            (PURGE_SQL, "sagas_finished"),
+            (OLDEST_FINISHED_SQL, "sagas_finished"),
+            (DELETE_FINISHED_SQL, "sqlite_autoindex_sagas"),
         ] {
             let plan = plan(sql);
             assert!(plan.contains(index), "{sql}: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+            assert!(!plan.contains("SCAN sagas"), "{sql}: {plan}");
         }
     }
 
@@ -560,5 +686,74 @@ mod tests {
         assert_eq!(ids(now), ["expired"]);
         let own = store.claimable(100, Some("b"), 10).await.unwrap();
         assert_eq!(ids(own), ["expired", "held"]);
+    }
+
+    /// The purge deletes only COMPLETED and CANCELLED sagas past the
+    /// retention, at most a batch at a time, and an older file's finished
+    /// sagas (before the finish time was a column) are purged too.
+    #[tokio::test]
+    async fn the_purge_deletes_finished_sagas_past_the_retention_in_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orchestrator.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE sagas (
+                    saga_id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
+                    status TEXT NOT NULL, version INTEGER NOT NULL,
+                    created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
+                    doc TEXT NOT NULL);",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO sagas VALUES ('legacy', 'r-legacy', 'completed', 3, 5, 10, ?1)",
+                [encode(&saga("legacy", "erin")).unwrap()],
+            )
+            .unwrap();
+        }
+        let store = SqliteSagaStore::open(&path, Durability::Process)
+            .unwrap()
+            .with_retention(SagaRetention {
+                keep: Some(std::time::Duration::from_millis(100)),
+                archive: false,
+            });
+        for (i, status) in [
+            SagaStatus::Completed,
+            SagaStatus::Cancelled,
+            SagaStatus::Failed,
+            SagaStatus::Running,
+            SagaStatus::Compensating,
+            SagaStatus::Completed,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut s = saga(&format!("s{i}"), "erin");
+            s.status = status;
+            s.updated_at_ms = 1_000 + i as i64;
+            store.create(&s).await.unwrap();
+        }
+        // At 1,103 the retention of 100 ms has run out for everything
+        // finished before 1,003: legacy, s0, s1 (s5 finished at 1,005).
+        assert_eq!(store.purge_expired(1_103, 2).await.unwrap(), 2);
+        assert_eq!(store.purge_expired(1_103, 2).await.unwrap(), 1);
+        assert_eq!(store.purge_expired(1_103, 2).await.unwrap(), 0);
+        let left: Vec<String> = store
+            .list(&SagaFilter::default(), 10, None)
+            .await
+            .unwrap()
+            .sagas
+            .into_iter()
+            .map(|s| s.saga_id)
+            .collect();
+        assert_eq!(left, ["s5", "s4", "s3", "s2"]);
+        assert_eq!(store.stats().await.unwrap().oldest_finished_ms, Some(1_005));
+        // Nothing expires without a retention.
+        let forever = store.with_retention(SagaRetention {
+            keep: None,
+            archive: false,
+        });
+        assert_eq!(forever.purge_expired(i64::MAX, 10).await.unwrap(), 0);
+        assert!(forever.expired(i64::MAX, 10).await.unwrap().is_empty());
     }
 }

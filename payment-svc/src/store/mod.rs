@@ -14,7 +14,8 @@ pub use sqlite::SqlitePaymentStore;
 
 use async_trait::async_trait;
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, OperationLog, OperationRecord, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, OperationLog, OperationRecord,
+    ParticipantError,
 };
 use service_kit::fingerprint::Fingerprint;
 
@@ -60,7 +61,7 @@ pub struct AccountView {
 /// The payment participant's storage. Its [`OperationLog`] lists the
 /// operationHistory records of a request id (`ListOperations`).
 #[async_trait]
-pub trait PaymentStore: OperationLog + Send + Sync + 'static {
+pub trait PaymentStore: OperationLog + HistoryExpiry + Send + Sync + 'static {
     /// Takes the amount from the balance; refused when the account is
     /// unknown or short, or when `admission` says so (through the barrier:
     /// a charge already applied stays applied). Returns the balance after

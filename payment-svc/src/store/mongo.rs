@@ -25,21 +25,32 @@ use mongodb::error::Error;
 use participant_kit::counter::{Add, Take};
 use participant_kit::mongo::{self as history, MongoHistory, participant_error};
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    ParticipantError,
 };
+use service_kit::retention::PurgeBatch;
 
 /// Payment store in a MongoDB database.
 #[derive(Clone, Debug)]
 pub struct MongoPaymentStore {
     db: Database,
+    history: history::HistoryDb,
 }
 
 impl MongoPaymentStore {
-    /// Uses `db`, creating the indexes the store relies on (idempotent).
+    /// Uses `db`, creating the indexes the store relies on (idempotent),
+    /// with the default history retention.
     pub async fn open(db: Database) -> Result<Self, Error> {
+        Self::open_with(db, participant_kit::HistoryRetention::default().keep).await
+    }
+
+    /// [`Self::open`], records expiring `keep` after they were recorded
+    /// (TTL indexes on `expire_at`).
+    pub async fn open_with(db: Database, keep: std::time::Duration) -> Result<Self, Error> {
         history::ensure_history_indexes(&db).await?;
         // Accounts are keyed by _id = customer_id; no other index is needed.
-        Ok(MongoPaymentStore { db })
+        let history = history::HistoryDb::new(db.clone(), keep);
+        Ok(MongoPaymentStore { db, history })
     }
 }
 
@@ -61,7 +72,7 @@ impl PaymentStore for MongoPaymentStore {
         admission: Admission,
     ) -> Result<ActionReply<i64>, ParticipantError> {
         history::transact(
-            &self.db,
+            &self.history,
             charge,
             admission,
             |tx, t, a| ledger::charge(tx, t, a).boxed(),
@@ -72,7 +83,7 @@ impl PaymentStore for MongoPaymentStore {
 
     async fn refund(&self, refund: Transfer) -> Result<CompensationResult, ParticipantError> {
         history::transact(
-            &self.db,
+            &self.history,
             refund,
             Admission::Apply,
             |tx, t, _| ledger::refund(tx, t).boxed(),
@@ -83,7 +94,7 @@ impl PaymentStore for MongoPaymentStore {
 
     async fn deposit(&self, deposit: Transfer) -> Result<ActionReply<i64>, ParticipantError> {
         history::transact(
-            &self.db,
+            &self.history,
             deposit,
             Admission::Apply,
             |tx, t, _| ledger::deposit(tx, t).boxed(),
@@ -129,5 +140,23 @@ impl OperationLog for MongoPaymentStore {
             .await
             .map_err(participant_error)?;
         Ok(records.into_iter().map(LoggedOperation::from).collect())
+    }
+}
+
+#[async_trait]
+impl HistoryExpiry for MongoPaymentStore {
+    async fn purge_recorded_before(
+        &self,
+        _cutoff_ms: i64,
+        _limit: usize,
+    ) -> Result<PurgeBatch, ParticipantError> {
+        // The TTL indexes on `expire_at` delete expired records.
+        Ok(PurgeBatch::default())
+    }
+
+    async fn size_bytes(&self) -> Result<u64, ParticipantError> {
+        self.history
+            .size_bytes(&[history::COLLECTION, BALANCES.table])
+            .await
     }
 }

@@ -11,8 +11,10 @@ use futures::FutureExt;
 use participant_kit::counter::{Add, Take};
 use participant_kit::sqlite::{self as history, SqliteHistory, transact};
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, LoggedOperation, OperationLog, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    ParticipantError,
 };
+use service_kit::retention::PurgeBatch;
 use std::path::Path;
 
 const SCHEMA: &str = "
@@ -123,5 +125,32 @@ impl OperationLog for SqlitePaymentStore {
             })
             .await?;
         Ok(records.into_iter().map(LoggedOperation::from).collect())
+    }
+}
+
+#[async_trait]
+impl HistoryExpiry for SqlitePaymentStore {
+    async fn purge_recorded_before(
+        &self,
+        cutoff_ms: i64,
+        limit: usize,
+    ) -> Result<PurgeBatch, ParticipantError> {
+        self.db
+            .write(move |conn| {
+                let records = history::purge_history(conn, cutoff_ms, limit)?;
+                Ok::<_, ParticipantError>(PurgeBatch {
+                    deleted: vec![("operation_history", records)],
+                    more: records >= limit as u64,
+                })
+            })
+            .await
+    }
+
+    async fn reclaim(&self) -> Result<u64, ParticipantError> {
+        history::reclaim(&self.db).await
+    }
+
+    async fn size_bytes(&self) -> Result<u64, ParticipantError> {
+        history::size_bytes(&self.db).await
     }
 }

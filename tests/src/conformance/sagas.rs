@@ -39,6 +39,7 @@ macro_rules! saga_store_conformance {
                 claimable_sagas_are_unfinished_with_an_expired_or_own_lease,
                 listing_by_customer_is_newest_first_in_pages_and_combines_with_status,
                 counts_by_status_follow_every_create_and_save,
+                only_completed_and_cancelled_sagas_expire_and_an_expired_request_id_starts_anew,
             ]
         );
     };
@@ -383,4 +384,103 @@ pub async fn counts_by_status_follow_every_create_and_save(store: Store) {
     assert_eq!(count(&counts, SagaStatus::Cancelled), 1);
     assert_eq!(count(&counts, SagaStatus::Completed), 0);
     assert_eq!(counts.iter().map(|(_, n)| n).sum::<u64>(), 4);
+}
+
+/// A saga stored as `status` since `at_ms` (the stores persist what they
+/// are given; the engine's path to each status is tested elsewhere).
+fn saga_in(id: &str, status: SagaStatus, at_ms: i64) -> Saga {
+    let mut s = saga(id, &format!("r-{id}"), at_ms);
+    s.status = status;
+    s.updated_at_ms = at_ms;
+    if status.is_terminal() {
+        s.lease = None;
+    }
+    s
+}
+
+/// The retention every store is opened with here (the default, 7 days).
+const KEEP_MS: i64 = 7 * 24 * 3_600_000;
+
+pub async fn only_completed_and_cancelled_sagas_expire_and_an_expired_request_id_starts_anew(
+    store: Store,
+) {
+    let now = service_kit::time::now_ms();
+    for (id, status, ago_ms) in [
+        ("completed-old", SagaStatus::Completed, 60_000),
+        ("cancelled-old", SagaStatus::Cancelled, 50_000),
+        ("failed-old", SagaStatus::Failed, 70_000),
+        ("running-old", SagaStatus::Running, 80_000),
+        ("compensating-old", SagaStatus::Compensating, 90_000),
+        ("completed-new", SagaStatus::Completed, 0),
+    ] {
+        create_new(&store, &saga_in(id, status, now - ago_ms)).await;
+    }
+    // As seen 30 s after the retention of the old ones ran out (a time in
+    // the future, so no TTL monitor can have acted yet): the finished ones
+    // older than that, longest expired first; never FAILED or unfinished.
+    let ids = |sagas: Vec<Saga>| sagas.into_iter().map(|s| s.saga_id).collect::<Vec<_>>();
+    let expired = store
+        .expired(now + KEEP_MS - 30_000, 100)
+        .await
+        .expect("expired");
+    assert_eq!(ids(expired), ["completed-old", "cancelled-old"]);
+    let later = store
+        .expired(now + KEEP_MS + 10_000, 100)
+        .await
+        .expect("expired");
+    assert_eq!(
+        ids(later),
+        ["completed-old", "cancelled-old", "completed-new"]
+    );
+    let limited = store
+        .expired(now + KEEP_MS + 10_000, 1)
+        .await
+        .expect("expired");
+    assert_eq!(ids(limited), ["completed-old"]);
+
+    let stats = store.stats().await.expect("stats");
+    assert!(stats.size_bytes.is_some_and(|n| n > 0), "{stats:?}");
+    assert_eq!(stats.oldest_finished_ms, Some(now - 60_000));
+
+    // Deleting removes only finished sagas, whatever it is given.
+    let given: Vec<Saga> = [
+        ("completed-old", SagaStatus::Completed),
+        ("cancelled-old", SagaStatus::Cancelled),
+        ("failed-old", SagaStatus::Failed),
+        ("running-old", SagaStatus::Running),
+        ("compensating-old", SagaStatus::Compensating),
+    ]
+    .into_iter()
+    .map(|(id, status)| saga_in(id, status, now))
+    .collect();
+    let deleted = store.delete_finished(&given).await.expect("delete");
+    assert_eq!(deleted, 2);
+    for gone in ["completed-old", "cancelled-old"] {
+        assert_eq!(store.get(gone).await.expect("get"), None, "{gone}");
+    }
+    for kept in [
+        "failed-old",
+        "running-old",
+        "compensating-old",
+        "completed-new",
+    ] {
+        assert!(store.get(kept).await.expect("get").is_some(), "{kept}");
+    }
+    assert_eq!(
+        store.stats().await.expect("stats").oldest_finished_ms,
+        Some(now)
+    );
+
+    // The expired request id is free again: a new saga. The one inside the
+    // window still answers with its saga.
+    let again = saga("completed-again", "r-completed-old", now);
+    create_new(&store, &again).await;
+    match store
+        .create(&saga("dup", "r-completed-new", now))
+        .await
+        .expect("create")
+    {
+        Created::Existing(existing) => assert_eq!(existing.saga_id, "completed-new"),
+        other => panic!("expected the existing saga, got {other:?}"),
+    }
 }
