@@ -43,6 +43,8 @@ pub struct QueryShape {
     pub filter: Document,
     /// The sort, if any.
     pub sort: Option<Document>,
+    /// The index hint, if the query names one (the server then uses it).
+    pub hint: Option<Bson>,
     /// The shape: the filter with every value replaced by `?`.
     pub shape: String,
 }
@@ -144,14 +146,19 @@ fn key(shape: &QueryShape) -> String {
 /// The queries inside one command (an update or delete may carry several).
 fn shapes_of(service: &str, db: &str, name: &str, command: &Document) -> Vec<QueryShape> {
     let collection = command.get_str(name).unwrap_or_default().to_owned();
-    let shape = |filter: &Document, sort: Option<&Document>| QueryShape {
-        service: service.to_owned(),
-        database: db.to_owned(),
-        collection: collection.clone(),
-        command: name.to_owned(),
-        filter: filter.clone(),
-        sort: sort.cloned(),
-        shape: shape_of(filter).to_string(),
+    let shape_hinted =
+        |filter: &Document, sort: Option<&Document>, hint: Option<&Bson>| QueryShape {
+            service: service.to_owned(),
+            database: db.to_owned(),
+            collection: collection.clone(),
+            command: name.to_owned(),
+            filter: filter.clone(),
+            sort: sort.cloned(),
+            hint: hint.cloned(),
+            shape: shape_of(filter).to_string(),
+        };
+    let shape = |filter: &Document, sort: Option<&Document>| {
+        shape_hinted(filter, sort, command.get("hint"))
     };
     let statements = |list: &str| -> Vec<QueryShape> {
         command
@@ -160,8 +167,8 @@ fn shapes_of(service: &str, db: &str, name: &str, command: &Document) -> Vec<Que
                 statements
                     .iter()
                     .filter_map(Bson::as_document)
-                    .filter_map(|s| s.get_document("q").ok())
-                    .map(|q| shape(q, None))
+                    .filter_map(|s| Some((s.get_document("q").ok()?, s.get("hint"))))
+                    .map(|(q, hint)| shape_hinted(q, None, hint))
                     .collect()
             })
             .unwrap_or_default()

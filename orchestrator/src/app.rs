@@ -418,6 +418,7 @@ impl Orchestrator {
             .reserve()
             .ok_or(AppError::Saturated(self.executor.max_in_flight()))?;
         saga.version += 1;
+        saga.attention = None;
         saga.lease = Some(self.executor.new_lease());
         saga.stamp_history(self.executor.owner());
         self.store.save(&saga).await?;

@@ -215,6 +215,11 @@ pub fn saga(s: Saga) -> pb::Saga {
             .map(|l| l.owner.clone())
             .unwrap_or_default(),
         lease_until: s.lease.map(|l| timestamp(l.until_ms)),
+        attention: s.attention.map(|a| pb::SagaAttention {
+            reason: a.reason,
+            since: Some(timestamp(a.since_ms)),
+            last: Some(timestamp(a.last_ms)),
+        }),
     }
 }
 

@@ -120,6 +120,7 @@ pub fn start(
         version: 0,
         lease: None,
         client_trace_id: None,
+        attention: None,
         history_omitted: 0,
     };
     saga.history.push(Transition {

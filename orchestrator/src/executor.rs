@@ -20,7 +20,7 @@
 
 use crate::engine::{self, Next, Outcome};
 use crate::hub::SagaHub;
-use crate::saga::{Lease, Saga, Step};
+use crate::saga::{Attention, Lease, Saga, Step};
 use crate::step::{Phase, SagaDefinition, SagaStep, StepOutcome};
 use crate::store::{SagaStore, StoreError};
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -263,6 +263,7 @@ impl Executor {
             return Ok(false);
         }
         let previous = saga.lease.as_ref().map(|l| l.owner.clone());
+        let attention = saga.attention.take();
         engine::claim(&mut saga, self.new_lease(), now_ms());
         saga.version += 1;
         saga.stamp_history(&self.lease.owner);
@@ -275,7 +276,49 @@ impl Executor {
                 Ok(self.spawn(saga, slot))
             }
             Err(StoreError::Conflict { .. }) => Ok(false),
+            // One saga the store refuses must not stop the recovery of
+            // the others: it is marked and retried a lease period later.
+            Err(error @ (StoreError::Rejected(_) | StoreError::Corrupt(_))) => {
+                self.refused(&saga, attention.as_ref(), &error).await;
+                Ok(false)
+            }
             Err(other) => Err(other),
+        }
+    }
+
+    /// The store refused `saga`'s next version for good (see
+    /// [`StoreError::Rejected`]): logs and counts it, and marks the stored
+    /// saga as needing a person (`attention`, kept since the first refusal
+    /// `previous` recorded), claimable again one lease period from now —
+    /// recovery then retries it, and the first version the store accepts
+    /// clears the mark. The mark is best effort: if it cannot be written
+    /// either, the ERROR line and the counter remain.
+    async fn refused(&self, saga: &Saga, previous: Option<&Attention>, error: &StoreError) {
+        metrics::counter!("saga_store_rejected_total").increment(1);
+        tracing::error!(
+            saga_id = %saga.saga_id,
+            request_id = %saga.request_id,
+            %error,
+            "the store refuses this saga's next version; it stays at its last saved state, marked for attention, until a person fixes the cause"
+        );
+        let now = now_ms();
+        let attention = Attention::refused(previous, error.to_string(), now);
+        let retry_after =
+            now.saturating_add(i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX));
+        match self
+            .store
+            .flag_attention(saga, &attention, retry_after)
+            .await
+        {
+            Ok(true) => {
+                metrics::counter!("saga_attention_flagged_total").increment(1);
+            }
+            Ok(false) => {
+                tracing::info!(saga_id = %saga.saga_id, "not marked for attention: another instance saved a newer version")
+            }
+            Err(mark_error) => {
+                tracing::error!(saga_id = %saga.saga_id, error = %mark_error, "could not mark the saga for attention either")
+            }
         }
     }
 
@@ -434,6 +477,9 @@ impl Executor {
     /// Saves the saga's next version with a renewed lease (none once
     /// terminal), waiting out store outages.
     async fn persist(&self, saga: &mut Saga) -> Result<(), DriveError> {
+        // A version the store accepts clears the mark; kept aside to date
+        // a repeated refusal from the first.
+        let attention = saga.attention.take();
         saga.version += 1;
         saga.stamp_history(&self.lease.owner);
         saga.lease = if saga.status.is_terminal() {
@@ -469,8 +515,7 @@ impl Executor {
                     }
                 }
                 StoreError::Corrupt(_) | StoreError::Rejected(_) => {
-                    metrics::counter!("saga_store_rejected_total").increment(1);
-                    tracing::error!(%error, "the store refuses this saga's next version; it stays at its last saved state until a person acts");
+                    self.refused(saga, attention.as_ref(), &error).await;
                     return Err(error.into());
                 }
             }

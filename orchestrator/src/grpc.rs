@@ -181,7 +181,15 @@ impl pb::saga_service_server::SagaService for SagaApi {
         let status = convert::status_filter(r.status)?;
         let page_size = validate::limit("page_size", r.page_size, DEFAULT_PAGE, MAX_PAGE)?;
         let after = convert::decode_cursor(&r.page_token)?;
-        let filter = crate::store::SagaFilter::status(status);
+        if r.needs_attention && status.is_some() {
+            return Err(Status::invalid_argument(
+                "needs_attention: cannot be combined with status (a saga that needs attention is RUNNING or COMPENSATING)",
+            ));
+        }
+        let filter = crate::store::SagaFilter {
+            needs_attention: r.needs_attention,
+            ..crate::store::SagaFilter::status(status)
+        };
         let page = self.app.list(&filter, page_size, after).await?;
         Ok(Response::new(pb::ListSagasResponse {
             next_page_token: page

@@ -245,6 +245,42 @@ pub struct Saga {
     /// trace (see [`Saga::trace_id`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_trace_id: Option<String>,
+    /// Set when the store refused the saga's next version for a reason
+    /// that will not pass by itself (see [`Attention`]); cleared by the
+    /// next version the store accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Attention>,
+}
+
+/// Why a saga needs a person: the store refused to save its next version
+/// (a document over the size limit, a failed schema validation, missing
+/// privileges — `StoreError::Rejected`), so it stays at its last saved
+/// state. Written beside that state without changing its version (the
+/// history stays one linear sequence of the engine's own writes), shown by
+/// GetSaga and ListSagas (`needs_attention` lists exactly these), and
+/// cleared when a later attempt — recovery retries the saga after its
+/// lease, once the cause is fixed — is saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attention {
+    /// What the store said, cut to [`TEXT_KEPT`] bytes.
+    pub reason: String,
+    /// When the store first refused it (ms since the epoch); kept while
+    /// later attempts are refused too.
+    pub since_ms: i64,
+    /// When the store refused it last.
+    pub last_ms: i64,
+}
+
+impl Attention {
+    /// A refusal `reason` at `now_ms`, following `previous` (the saga's
+    /// attention before this attempt, if any).
+    pub fn refused(previous: Option<&Attention>, reason: String, now_ms: i64) -> Self {
+        Attention {
+            reason: bounded_text(reason),
+            since_ms: previous.map_or(now_ms, |p| p.since_ms),
+            last_ms: now_ms,
+        }
+    }
 }
 
 /// A time-limited claim on driving one saga, kept in the store. The owner

@@ -25,6 +25,7 @@ pub async fn sagas_in(
                     status: *status as i32,
                     page_size: PAGE_SIZE,
                     page_token: token.clone(),
+                    needs_attention: false,
                 })
                 .await?
                 .into_inner();

@@ -332,6 +332,7 @@ async fn no_input_makes_a_service_panic_or_break_its_invariants() {
             status: pb::SagaStatus::Completed.into(),
             page_size: 500,
             page_token: String::new(),
+            needs_attention: false,
         })
         .await
         .expect("list")

@@ -6,78 +6,14 @@ use async_trait::async_trait;
 use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
 use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
-use orchestrator::store::{
-    Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError, StoreStats,
-};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
+use saga_tests::intercepted_store::InterceptedStore;
 use saga_tests::{Service, Stack, Storage, fast_retry, order_request};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The real store, with every `create` answering `delay` after its insert
-/// committed: the window in which a caller that goes away used to leave a
-/// stored saga behind without a driver.
-struct SlowCreate {
-    inner: Arc<dyn SagaStore>,
-    delay: Duration,
-    /// Inserts that committed.
-    committed: AtomicUsize,
-}
-
-#[async_trait]
-impl SagaStore for SlowCreate {
-    async fn create(&self, saga: &Saga) -> Result<Created, StoreError> {
-        let created = self.inner.create(saga).await;
-        if created.is_ok() {
-            self.committed.fetch_add(1, Ordering::SeqCst);
-        }
-        tokio::time::sleep(self.delay).await;
-        created
-    }
-    async fn save(&self, saga: &Saga) -> Result<(), StoreError> {
-        self.inner.save(saga).await
-    }
-    async fn get(&self, saga_id: &str) -> Result<Option<Saga>, StoreError> {
-        self.inner.get(saga_id).await
-    }
-    async fn get_by_request_id(&self, request_id: &str) -> Result<Option<Saga>, StoreError> {
-        self.inner.get_by_request_id(request_id).await
-    }
-    async fn list(
-        &self,
-        filter: &SagaFilter,
-        page_size: usize,
-        after: Option<Cursor>,
-    ) -> Result<Page, StoreError> {
-        self.inner.list(filter, page_size, after).await
-    }
-    async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
-        self.inner.count_by_status().await
-    }
-    async fn claimable(
-        &self,
-        now_ms: i64,
-        owner: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<Saga>, StoreError> {
-        self.inner.claimable(now_ms, owner, limit).await
-    }
-    async fn expired(&self, now_ms: i64, limit: usize) -> Result<Vec<Saga>, StoreError> {
-        self.inner.expired(now_ms, limit).await
-    }
-    async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError> {
-        self.inner.delete_finished(sagas).await
-    }
-    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(now_ms, limit).await
-    }
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.inner.stats().await
-    }
-}
 
 /// The lease the test's instance holds: far longer than the test may take,
 /// so a saga that completes did so without any sweep claiming it.
@@ -88,11 +24,10 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
     let stack = Stack::without_orchestrator().await;
     stack.deposit("alice", 10_000).await;
     stack.add_stock("sku-1", 10).await;
-    let store = Arc::new(SlowCreate {
-        inner: Storage::from(stack.dir.path()).sagas().await,
-        delay: Duration::from_millis(1_500),
-        committed: AtomicUsize::new(0),
-    });
+    let store = Arc::new(InterceptedStore::with_create_delay(
+        Storage::from(stack.dir.path()).sagas().await,
+        Duration::from_millis(1_500),
+    ));
     let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
     let settings = orchestrator::Settings {
         retry: fast_retry(),
@@ -169,7 +104,7 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(store.committed.load(Ordering::SeqCst), 1);
+    assert_eq!(store.committed_creates.load(Ordering::SeqCst), 1);
     let claims: Vec<&str> = saga
         .history
         .iter()

@@ -326,6 +326,7 @@ async fn sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages(stack:
                 status: 0,
                 page_size: 2,
                 page_token: token.clone(),
+                needs_attention: false,
             })
             .await
             .expect("list")
@@ -345,6 +346,7 @@ async fn sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages(stack:
             status: pb::SagaStatus::Completed.into(),
             page_size: 0,
             page_token: String::new(),
+            needs_attention: false,
         })
         .await
         .expect("list completed")

@@ -290,6 +290,7 @@ fn random_requests_to_the_orchestrator_are_served_or_refused_cleanly() {
                     status: status % 8,
                     page_size,
                     page_token,
+                    needs_attention: false,
                 })
                 .await
         },

@@ -117,6 +117,9 @@ fn as_find(shape: &QueryShape) -> Document {
     if let Some(sort) = &shape.sort {
         find.insert("sort", sort.clone());
     }
+    if let Some(hint) = &shape.hint {
+        find.insert("hint", hint.clone());
+    }
     find
 }
 
@@ -218,6 +221,7 @@ async fn every_query_the_services_send_is_served_by_an_index() {
                 status: status.into(),
                 page_size: 1,
                 page_token: String::new(),
+                needs_attention: false,
             })
             .await
             .expect("list")
@@ -231,6 +235,7 @@ async fn every_query_the_services_send_is_served_by_an_index() {
                 status: status.into(),
                 page_size: 1,
                 page_token: first.next_page_token,
+                needs_attention: false,
             })
             .await
             .expect("list page 2");
@@ -242,16 +247,19 @@ async fn every_query_the_services_send_is_served_by_an_index() {
         created_at_ms: i64::MAX,
         saga_id: "~".into(),
     });
-    for (status, customer) in [
-        (None, Some("alice".to_owned())),
+    for (status, customer, needs_attention) in [
+        (None, Some("alice".to_owned()), false),
         (
             Some(orchestrator::saga::SagaStatus::Cancelled),
             Some("alice".to_owned()),
+            false,
         ),
+        (None, None, true),
     ] {
         let filter = SagaFilter {
             status,
             customer_id: customer,
+            needs_attention,
         };
         store.list(&filter, 10, None).await.expect("list");
         store
@@ -264,6 +272,22 @@ async fn every_query_the_services_send_is_served_by_an_index() {
         .claimable(i64::MAX - 1, Some("someone"), 10)
         .await
         .expect("claimable");
+    // Retention: the archive's scan and deletes, the size and oldest
+    // finish the purge loop reports; marking a refused saga.
+    // As seen 30 days from now, past the default 7-day retention (a date
+    // the server can represent: SecantusDB refuses year 292278994).
+    let later = service_kit::time::now_ms() + 30 * 86_400_000;
+    let expired = store.expired(later, 10).await.expect("expired");
+    assert!(!expired.is_empty(), "the workload finished sagas");
+    store.delete_finished(&expired[..1]).await.expect("delete");
+    store.stats().await.expect("stats");
+    let mut refused = expired[1].clone();
+    refused.version += 1;
+    let attention = orchestrator::saga::Attention::refused(None, "test".into(), 1);
+    store
+        .flag_attention(&refused, &attention, i64::MAX)
+        .await
+        .expect("flag");
 
     // The participants' operation histories.
     for addr in [stack.payment.addr, stack.inventory.addr] {

@@ -198,6 +198,7 @@ async fn search(
     let filter = SagaFilter {
         status,
         customer_id: Some(q.to_owned()),
+        needs_attention: false,
     };
     let page = app.list(&filter, page_size, after).await?;
     Ok((page.sagas, page.next, Some("customer_id")))

@@ -23,7 +23,7 @@ mod sqlite;
 pub use mongo::{MongoSagaStore, SHARD_KEY as MONGO_SHARD_KEY, indexes as mongo_indexes};
 pub use sqlite::SqliteSagaStore;
 
-use crate::saga::{Saga, SagaStatus};
+use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -130,6 +130,9 @@ pub struct SagaFilter {
     pub status: Option<SagaStatus>,
     /// Only this customer's sagas.
     pub customer_id: Option<String>,
+    /// Only sagas that need a person ([`crate::saga::Attention`]); not
+    /// combined with the other filters (one index serves it).
+    pub needs_attention: bool,
 }
 
 impl SagaFilter {
@@ -138,6 +141,7 @@ impl SagaFilter {
         SagaFilter {
             status,
             customer_id: None,
+            needs_attention: false,
         }
     }
 }
@@ -200,6 +204,24 @@ pub trait SagaStore: Send + Sync + 'static {
         owner: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Saga>, StoreError>;
+
+    /// Marks the stored saga whose next version (`saga`, as [`save`] takes
+    /// it) the store refused for good as needing a person: sets its
+    /// `attention` (and the `needs_attention` flag ListSagas filters on)
+    /// on the stored version `saga.version - 1`, without changing that
+    /// version, and makes it claimable again only from `retry_after_ms`
+    /// (so recovery retries it once per lease period, not at every sweep).
+    /// A small write beside the refused one, so it succeeds where the
+    /// refused document would not. `false` when the saga has moved on
+    /// (another instance wrote a newer version): nothing to mark.
+    ///
+    /// [`save`]: SagaStore::save
+    async fn flag_attention(
+        &self,
+        saga: &Saga,
+        attention: &Attention,
+        retry_after_ms: i64,
+    ) -> Result<bool, StoreError>;
 
     /// Up to `limit` sagas that expired by `now_ms` (finished longer ago
     /// than the retention), longest expired first: what the purge archives

@@ -23,7 +23,7 @@ use super::{
     Created, Cursor, Page, SagaFilter, SagaRetention, SagaStore, StatusCounts, StoreError,
     StoreStats, decode_each, merge_claimable,
 };
-use crate::saga::{Saga, SagaStatus};
+use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
 use bson::{Document, doc};
 use futures::TryStreamExt;
@@ -78,6 +78,11 @@ pub fn indexes() -> Vec<mongodb::IndexModel> {
         index(
             "customer_status_newest",
             doc! { "customer_id": 1, "status": 1, "created_at_ms": -1, "_id": -1 },
+            false,
+        ),
+        index(
+            "attention_newest",
+            doc! { "needs_attention": 1, "created_at_ms": -1, "_id": -1 },
             false,
         ),
         ttl_index(EXPIRE_INDEX, "expire_at"),
@@ -279,6 +284,7 @@ fn encode(saga: &Saga, retention: &SagaRetention) -> Result<Document, StoreError
         "lease_until_ms": saga.lease_until_ms(),
         "claimable_after_ms": saga.claimable_after_ms(),
         "expire_at": expire_at(retention, saga),
+        "needs_attention": saga.attention.is_some(),
         "saga": body,
     })
 }
@@ -343,6 +349,7 @@ impl SagaStore for MongoSagaStore {
                     "lease_until_ms": saga.lease_until_ms(),
                     "claimable_after_ms": saga.claimable_after_ms(),
                     "expire_at": expire_at(&self.retention, saga),
+                    "needs_attention": saga.attention.is_some(),
                     "saga": body,
                 } },
             )
@@ -379,6 +386,9 @@ impl SagaStore for MongoSagaStore {
         }
         if let Some(customer_id) = &shown.customer_id {
             filter.insert("customer_id", customer_id);
+        }
+        if shown.needs_attention {
+            filter.insert("needs_attention", true);
         }
         let newest_first = doc! { "created_at_ms": -1, "_id": -1 };
         let wanted = page_size.saturating_add(1);
@@ -481,6 +491,32 @@ impl SagaStore for MongoSagaStore {
             )
             .await?;
         Ok(decode_each(docs, decode))
+    }
+
+    async fn flag_attention(
+        &self,
+        saga: &Saga,
+        attention: &Attention,
+        retry_after_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let attention = bson::to_bson(attention).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let updated = self
+            .sagas
+            .update_one(
+                doc! {
+                    "_id": &saga.saga_id,
+                    "request_id": &saga.request_id,
+                    "version": version(saga.version.saturating_sub(1)),
+                },
+                doc! { "$set": {
+                    "needs_attention": true,
+                    "saga.attention": attention,
+                    "claimable_after_ms": retry_after_ms,
+                } },
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(updated.matched_count == 1)
     }
 
     async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError> {

@@ -15,7 +15,7 @@ use super::{
     Created, Cursor, Page, SagaFilter, SagaRetention, SagaStore, StatusCounts, StoreError,
     StoreStats, decode_each, merge_claimable,
 };
-use crate::saga::{Saga, SagaStatus};
+use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS sagas (
     lease_until_ms INTEGER NOT NULL DEFAULT 0,
     claimable_after_ms INTEGER NOT NULL DEFAULT 0,
     finished_at_ms INTEGER,
+    needs_attention INTEGER NOT NULL DEFAULT 0,
     doc           TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sagas_newest ON sagas (created_at_ms DESC, saga_id DESC);
@@ -43,6 +44,7 @@ CREATE INDEX IF NOT EXISTS sagas_claimable ON sagas (claimable_after_ms);
 CREATE INDEX IF NOT EXISTS sagas_own_claimable ON sagas (lease_owner, claimable_after_ms);
 CREATE INDEX IF NOT EXISTS sagas_by_customer ON sagas (customer_id, created_at_ms DESC, saga_id DESC);
 CREATE INDEX IF NOT EXISTS sagas_finished ON sagas (finished_at_ms) WHERE finished_at_ms IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sagas_attention ON sagas (created_at_ms DESC, saga_id DESC) WHERE needs_attention = 1;
 ";
 
 /// Saga store in a SQLite file.
@@ -74,14 +76,22 @@ impl SqliteSagaStore {
 
 /// Brings a database created by an older version up to [`SCHEMA`]: adds the
 /// lease columns (before leases existed), the customer column, filled
-/// from each saga's document (before the console searched by customer), and
-/// the claimable time (before recovery had one index to scan), computed
-/// as [`Saga::claimable_after_ms`] does, and the finish time (before
-/// retention), as [`Saga::expires_from_ms`] does.
-/// The indexes on them are created by `SCHEMA` right after.
+/// from each saga's document (before the console searched by customer), the
+/// claimable time (before recovery had one index to scan), computed as
+/// [`Saga::claimable_after_ms`] does, the finish time (before retention),
+/// as [`Saga::expires_from_ms`] does, and the attention flag (0: an older
+/// version never flagged a saga). The indexes on them are created by
+/// `SCHEMA` right after.
+///
+/// Everything runs in one `BEGIN IMMEDIATE` transaction, checks included,
+/// with a busy timeout: several instances starting at once on an old file
+/// queue for the write lock, the first migrates, the others then find
+/// every column there (no "database is locked", no "duplicate column").
 fn migrate(path: &Path) -> Result<(), DbError> {
-    let conn = Connection::open(path)?;
-    let has_table: bool = conn.query_row(
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let has_table: bool = tx.query_row(
         "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'sagas'",
         [],
         |r| r.get(0),
@@ -89,44 +99,39 @@ fn migrate(path: &Path) -> Result<(), DbError> {
     if !has_table {
         return Ok(());
     }
-    if !has_column(&conn, "lease_until_ms")? {
-        conn.execute_batch(
+    if !has_column(&tx, "lease_until_ms")? {
+        tx.execute_batch(
             "ALTER TABLE sagas ADD COLUMN lease_owner TEXT;
              ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
         )?;
     }
-    if !has_column(&conn, "customer_id")? {
-        conn.execute_batch(
-            "BEGIN;
-             ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
-             UPDATE sagas SET customer_id = json_extract(doc, '$.order.customer_id');
-             COMMIT;",
+    if !has_column(&tx, "customer_id")? {
+        tx.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
+             UPDATE sagas SET customer_id = json_extract(doc, '$.order.customer_id');",
         )?;
     }
-    if !has_column(&conn, "claimable_after_ms")? {
-        conn.execute_batch(
-            "BEGIN;
-             ALTER TABLE sagas ADD COLUMN claimable_after_ms INTEGER NOT NULL DEFAULT 0;
+    if !has_column(&tx, "claimable_after_ms")? {
+        tx.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN claimable_after_ms INTEGER NOT NULL DEFAULT 0;
              UPDATE sagas SET claimable_after_ms =
                  CASE WHEN status IN ('running', 'compensating') THEN lease_until_ms
-                      ELSE 9223372036854775807 END;
-             COMMIT;",
+                      ELSE 9223372036854775807 END;",
         )?;
     }
-    let has_finished: bool = conn.query_row(
-        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = 'finished_at_ms'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_finished {
-        conn.execute_batch(
-            "BEGIN;
-             ALTER TABLE sagas ADD COLUMN finished_at_ms INTEGER;
+    if !has_column(&tx, "finished_at_ms")? {
+        tx.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN finished_at_ms INTEGER;
              UPDATE sagas SET finished_at_ms = updated_at_ms
-                 WHERE status IN ('completed', 'cancelled');
-             COMMIT;",
+                 WHERE status IN ('completed', 'cancelled');",
         )?;
     }
+    if !has_column(&tx, "needs_attention")? {
+        tx.execute_batch(
+            "ALTER TABLE sagas ADD COLUMN needs_attention INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
+    tx.commit()?;
     Ok(())
 }
 
@@ -171,10 +176,16 @@ fn by(conn: &Connection, column: &str, key: &str) -> Result<Option<Saga>, StoreE
 const COUNT_SQL: &str = "SELECT status, COUNT(*) FROM sagas GROUP BY status";
 
 /// The listing query for a filter. Each shape has its own statement so
-/// SQLite plans it on its index: `sagas_by_customer`, `sagas_by_status` or
-/// `sagas_newest` (a statement with optional filters would be planned once
-/// for every shape, on no index).
+/// SQLite plans it on its index: `sagas_attention`, `sagas_by_customer`,
+/// `sagas_by_status` or `sagas_newest` (a statement with optional filters
+/// would be planned once for every shape, on no index).
 fn list_sql(filter: &SagaFilter) -> &'static str {
+    if filter.needs_attention {
+        return "SELECT doc FROM sagas
+             WHERE needs_attention = 1 AND ?1 IS NULL AND ?6 IS NULL
+               AND (?4 = 0 OR created_at_ms < ?2 OR (created_at_ms = ?2 AND saga_id < ?3))
+             ORDER BY created_at_ms DESC, saga_id DESC LIMIT ?5";
+    }
     match (filter.customer_id.is_some(), filter.status.is_some()) {
         (true, _) => {
             "SELECT doc FROM sagas
@@ -309,13 +320,14 @@ impl SagaStore for SqliteSagaStore {
         );
         let expected = version.saturating_sub(1);
         let finished = saga.expires_from_ms();
+        let needs_attention = saga.attention.is_some();
         self.db
             .write(move |conn| {
                 let changed = conn
                     .prepare_cached(
                         "UPDATE sagas SET status = ?2, version = ?3, updated_at_ms = ?4, doc = ?5,
                                          lease_owner = ?7, lease_until_ms = ?8, claimable_after_ms = ?9,
-                                         finished_at_ms = ?10
+                                         finished_at_ms = ?10, needs_attention = ?11
                          WHERE saga_id = ?1 AND version = ?6",
                     )?
                     .execute(params![
@@ -328,7 +340,8 @@ impl SagaStore for SqliteSagaStore {
                         lease_owner,
                         lease_until,
                         claimable,
-                        finished
+                        finished,
+                        needs_attention
                     ])?;
                 if changed == 1 {
                     Ok(())
@@ -430,6 +443,29 @@ impl SagaStore for SqliteSagaStore {
             .await
     }
 
+    async fn flag_attention(
+        &self,
+        saga: &Saga,
+        attention: &Attention,
+        retry_after_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let saga_id = saga.saga_id.clone();
+        let stored = to_i64(saga.version.saturating_sub(1));
+        let attention =
+            serde_json::to_string(attention).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.db
+            .write(move |conn| {
+                let changed = conn.prepare_cached(FLAG_ATTENTION_SQL)?.execute(params![
+                    saga_id,
+                    stored,
+                    attention,
+                    retry_after_ms
+                ])?;
+                Ok(changed == 1)
+            })
+            .await
+    }
+
     async fn delete_finished(&self, sagas: &[Saga]) -> Result<u64, StoreError> {
         let saga_ids: Vec<String> = sagas.iter().map(|s| s.saga_id.clone()).collect();
         self.db
@@ -487,6 +523,14 @@ const EXPIRED_SQL: &str = "SELECT doc FROM sagas WHERE finished_at_ms < ?1
 /// `sagas_finished`), deleted by primary key.
 const PURGE_SQL: &str = "DELETE FROM sagas WHERE saga_id IN
      (SELECT saga_id FROM sagas WHERE finished_at_ms < ?1 ORDER BY finished_at_ms LIMIT ?2)";
+
+/// Flags the saga `?1` at version `?2` as needing attention: the flag
+/// column and the `attention` in its document, version unchanged, claimable
+/// again from `?4`.
+const FLAG_ATTENTION_SQL: &str = "UPDATE sagas
+     SET needs_attention = 1, doc = json_set(doc, '$.attention', json(?3)),
+         claimable_after_ms = ?4
+     WHERE saga_id = ?1 AND version = ?2";
 
 /// One archived saga, by primary key, only if it is finished.
 const DELETE_FINISHED_SQL: &str =
@@ -570,6 +614,7 @@ mod tests {
         let zoe = SagaFilter {
             status: None,
             customer_id: Some("zoe".into()),
+            needs_attention: false,
         };
         let page = store.list(&zoe, 10, None).await.unwrap();
         let ids: Vec<_> = page.sagas.iter().map(|s| s.saga_id.as_str()).collect();
@@ -604,6 +649,7 @@ mod tests {
                 SagaFilter {
                     status: None,
                     customer_id: customer.clone(),
+                    needs_attention: false,
                 },
                 "sagas_by_customer",
             ),
@@ -611,6 +657,7 @@ mod tests {
                 SagaFilter {
                     status,
                     customer_id: customer,
+                    needs_attention: false,
                 },
                 "sagas_by_customer",
             ),

@@ -1,7 +1,7 @@
 //! What every `SagaStore` must do, whatever it stores in.
 
 use orchestrator::engine::{self, Next, Outcome, StepNames};
-use orchestrator::saga::{Lease, Order, OrderItem, Saga, SagaStatus};
+use orchestrator::saga::{Attention, Lease, Order, OrderItem, Saga, SagaStatus};
 use orchestrator::store::{Created, SagaFilter, SagaStore, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -40,6 +40,7 @@ macro_rules! saga_store_conformance {
                 listing_by_customer_is_newest_first_in_pages_and_combines_with_status,
                 counts_by_status_follow_every_create_and_save,
                 only_completed_and_cancelled_sagas_expire_and_an_expired_request_id_starts_anew,
+                a_refused_saga_is_marked_for_attention_until_a_version_is_saved,
             ]
         );
     };
@@ -317,6 +318,7 @@ pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_stat
     let bob = SagaFilter {
         status: None,
         customer_id: Some("bob".into()),
+        needs_attention: false,
     };
     let mut seen = Vec::new();
     let mut after = None;
@@ -339,6 +341,7 @@ pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_stat
     let cancelled = SagaFilter {
         status: Some(SagaStatus::Cancelled),
         customer_id: Some("bob".into()),
+        needs_attention: false,
     };
     let page = store.list(&cancelled, 10, None).await.expect("list");
     let ids: Vec<_> = page.sagas.iter().map(|s| s.saga_id.as_str()).collect();
@@ -347,6 +350,7 @@ pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_stat
     let nobody = SagaFilter {
         status: None,
         customer_id: Some("nobody".into()),
+        needs_attention: false,
     };
     assert!(
         store
@@ -483,4 +487,116 @@ pub async fn only_completed_and_cancelled_sagas_expire_and_an_expired_request_id
         Created::Existing(existing) => assert_eq!(existing.saga_id, "completed-new"),
         other => panic!("expected the existing saga, got {other:?}"),
     }
+}
+
+/// A saga whose next version the store refused is marked beside its stored
+/// version (which stays), listed by `needs_attention`, claimable again only
+/// from the retry time; a stale mark (the saga moved on) writes nothing;
+/// the next saved version clears the mark.
+pub async fn a_refused_saga_is_marked_for_attention_until_a_version_is_saved(store: Store) {
+    let now = service_kit::time::now_ms();
+    let mut s = saga("attn", "r-attn", now);
+    s.lease = Some(Lease {
+        owner: "a".into(),
+        until_ms: now - 1,
+    });
+    create_new(&store, &s).await;
+    let other = saga("calm", "r-calm", now + 1);
+    create_new(&store, &other).await;
+    let only_flagged = SagaFilter {
+        needs_attention: true,
+        ..SagaFilter::default()
+    };
+    assert!(
+        store
+            .list(&only_flagged, 10, None)
+            .await
+            .expect("list")
+            .sagas
+            .is_empty()
+    );
+
+    // The refused next version: version + 1, as save takes it.
+    let mut refused = s.clone();
+    refused.version += 1;
+    let first = Attention::refused(None, "document too large".into(), now);
+    let retry_at = now + 60_000;
+    assert!(
+        store
+            .flag_attention(&refused, &first, retry_at)
+            .await
+            .expect("flag")
+    );
+
+    let stored = store.get("attn").await.expect("get").expect("saga");
+    assert_eq!(
+        stored.version, s.version,
+        "the mark does not change the version"
+    );
+    assert_eq!(stored.attention.as_ref(), Some(&first));
+    assert_eq!(stored.history, s.history);
+    let listed = store.list(&only_flagged, 10, None).await.expect("list");
+    let ids: Vec<_> = listed.sagas.iter().map(|x| x.saga_id.as_str()).collect();
+    assert_eq!(ids, ["attn"]);
+    assert_eq!(listed.sagas[0].attention.as_ref(), Some(&first));
+    let claimable = |at: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .claimable(at, None, 10)
+                .await
+                .expect("claimable")
+                .into_iter()
+                .map(|x| x.saga_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(
+        !claimable(now + 1_000).await.contains(&"attn".to_owned()),
+        "not before the retry time"
+    );
+    assert!(claimable(retry_at + 1).await.contains(&"attn".to_owned()));
+
+    // A repeated refusal keeps the first time.
+    let again = Attention::refused(stored.attention.as_ref(), "still too large".into(), now + 5);
+    assert_eq!((again.since_ms, again.last_ms), (now, now + 5));
+    assert!(
+        store
+            .flag_attention(&refused, &again, retry_at)
+            .await
+            .expect("flag")
+    );
+
+    // A version the store accepts clears it.
+    let mut next = store.get("attn").await.expect("get").expect("saga");
+    next.attention = None;
+    next.version += 1;
+    store.save(&next).await.expect("save");
+    let cleared = store.get("attn").await.expect("get").expect("saga");
+    assert_eq!(cleared.attention, None);
+    assert!(
+        store
+            .list(&only_flagged, 10, None)
+            .await
+            .expect("list")
+            .sagas
+            .is_empty()
+    );
+
+    // Marking a version that is no longer the stored one writes nothing.
+    assert!(
+        !store
+            .flag_attention(&refused, &first, retry_at)
+            .await
+            .expect("stale flag")
+    );
+    assert_eq!(
+        store
+            .get("attn")
+            .await
+            .expect("get")
+            .expect("saga")
+            .attention,
+        None
+    );
 }
