@@ -78,6 +78,14 @@ pub struct Args {
     /// says whether every store check passed.
     #[arg(long, requires = "work_dir")]
     pub audit_only: bool,
+    /// After the audit passed, serve the same stores again with a saga
+    /// retention of 1 s and the shortest safe history retention, and check
+    /// that finished sagas and expired participant records go while FAILED
+    /// sagas, accounts and products stay (see `retention.rs`). The soak's
+    /// own orchestrators always run with `--saga-retention off`, so nothing
+    /// the audit reads can expire before it.
+    #[arg(long)]
+    pub retention_pass: bool,
     /// Keep the work dir even when every check passed.
     #[arg(long)]
     pub keep_work_dir: bool,

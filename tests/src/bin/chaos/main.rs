@@ -17,6 +17,7 @@
 //! cargo build --workspace --bins
 //! cargo run -p saga-tests --bin chaos -- --sagas 300 --orchestrators 2 --orchestrator-kills 1
 //! cargo run -p saga-tests --bin chaos -- --orchestrators 3 --orchestrator-kills 3 --backend mongo
+//! cargo run -p saga-tests --bin chaos -- --sagas 300 --retention-pass
 //! cargo run -p saga-tests --bin chaos -- --audit-only --work-dir /tmp/saga-chaos-…
 //! ```
 //!
@@ -42,6 +43,8 @@
 //!   stores; [`snapshot`]: the stopped stores read directly, every row;
 //!   [`audit`]: the invariants checked on them.
 //! - [`report`]: the figures; [`checks`]: the PASS/FAIL lines.
+//! - [`retention`]: with `--retention-pass`, the stores served again with
+//!   retention in seconds: what finished expires, nothing live is touched.
 
 mod args;
 mod audit;
@@ -52,6 +55,7 @@ mod drive;
 mod faults;
 mod manifest;
 mod report;
+mod retention;
 mod schedule;
 mod scrape;
 mod services;

@@ -549,6 +549,9 @@ fn orchestrator_args(
         "10000",
         "--sweep-interval-ms",
         &sweep,
+        // Nothing the audit reads may expire first (see `--retention-pass`).
+        "--saga-retention",
+        "off",
         "--no-console",
     ]
     .iter()

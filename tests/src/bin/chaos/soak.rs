@@ -141,6 +141,9 @@ pub async fn run(
     };
     report::print(args, &outcome);
     checks.judge(args, &outcome);
+    if args.retention_pass && checks.failed == 0 {
+        crate::retention::run(args, bin_dir, work, &storage, &snapshot, checks).await?;
+    }
     if checks.failed == 0 && args.work_dir.is_none() && !args.keep_work_dir {
         storage.drop_databases().await;
     }

@@ -245,6 +245,9 @@ async fn start_server(work: &Path, storage_path: PathBuf) -> Result<MongoServer,
         ),
         storage_path: Some(storage_path),
         transaction_lifetime_seconds: Some(TRANSACTION_LIFETIME_SECONDS),
+        // The retention pass waits for TTL deletes; mongod's monitor runs
+        // every 60 s.
+        ttl_sweep_seconds: Some(1),
         ..ServerOptions::default()
     };
     tokio::task::spawn_blocking(move || MongoServer::start(options))
