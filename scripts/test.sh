@@ -100,7 +100,7 @@ echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a S
 for backend in embedded mongo; do
     stage="chaos soak ($backend)"
     run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
-        --contention-orders 40 --backend "$backend"
+        --contention-orders 40 --retention-pass --backend "$backend"
 done
 
 stage="loadgen smoke"

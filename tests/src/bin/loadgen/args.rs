@@ -2,6 +2,7 @@
 //! with every default resolved.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Store of a spawned stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -139,6 +140,21 @@ pub struct Args {
     /// `name=pid,...`, or bare pids (orchestrator, payment-svc, inventory-svc).
     #[arg(long, value_delimiter = ',')]
     pub pids: Vec<String>,
+    /// How often the spawned services refresh their `store_size_bytes`
+    /// gauge (their `--purge-interval`, given as PURGE_INTERVAL; e.g. 1s,
+    /// 500ms). Store bytes per saga reads the gauges before and after the
+    /// measured saga phase, each time once every gauge has held its value
+    /// for more than an interval (1.5 × it, at least interval + 0.5 s).
+    /// Default 1s; 5s on the MongoDB test server, whose collStats scans
+    /// every collection under its global lock. Not measured in a sweep nor
+    /// against a running stack.
+    #[arg(long, value_parser = service_kit::retention::parse_duration)]
+    pub purge_interval: Option<Duration>,
+    /// Do not measure store bytes per saga: an embedded stack serves no
+    /// metrics (they cost CPU on every call), the services keep their own
+    /// purge interval, and no time is spent waiting for the gauges.
+    #[arg(long)]
+    pub no_store_size: bool,
     /// Admin token for the seeding calls (Deposit, AddStock) when the
     /// services require one; a spawned stack is given the same token.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]

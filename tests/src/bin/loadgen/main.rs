@@ -10,7 +10,9 @@
 //! and prints saga throughput / floor throughput. It then checks that no
 //! saga of the run is left unfinished and that balances and stock moved by
 //! exactly what the successful sagas and floor pairs account for, and prints
-//! the RSS of each service.
+//! the RSS of each service and how many bytes each service's store grew by
+//! per saga (its `store_size_bytes` gauge, read fresh before and after the
+//! measured saga phase; `--no-store-size` skips it).
 //!
 //! ```sh
 //! cargo build --release --workspace --bins
@@ -37,8 +39,9 @@
 //! - [`check`]: the store check and the money/stock audit afterwards.
 //! - [`procs`]: memory and CPU of the watched processes.
 //! - [`run`]: the stages in order; [`report`]: the verdict, the report and
-//!   the JSON line (CPU µs per saga per process; on MongoDB, commands per
-//!   saga per service from [`scrape`]).
+//!   the JSON line (CPU µs per saga per process; store bytes per saga per
+//!   service from the `store_size_bytes` gauges and, on MongoDB, commands
+//!   per saga per service, both read by [`scrape`]).
 //! - [`sweep`]: `--concurrency 1,4,16,64,256`, its table, JSON and SVG plot.
 
 mod args;

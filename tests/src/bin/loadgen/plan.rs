@@ -39,7 +39,8 @@ impl Mode {
         }
     }
 
-    /// Its defaults; on a MongoDB test server (`stand_in`) fewer workers.
+    /// Its defaults; on a MongoDB test server (`stand_in`) fewer workers
+    /// and a longer purge interval.
     fn defaults(self, stand_in: bool) -> Defaults {
         let (concurrency, amount, warmup, cancel, compensate, timeout) = match self {
             Mode::Full => (64, Amount::Seconds(10.0), 1.0, 0.0, 0.0, 900.0),
@@ -51,6 +52,10 @@ impl Mode {
             (true, _) => concurrency.min(4),
             (false, _) => concurrency,
         };
+        // The store size gauges' period: short, so their waits are short;
+        // on the test server longer, as each refresh is a collStats that
+        // scans the collections under the server's global lock.
+        let purge_interval = Duration::from_secs(if stand_in { 5 } else { 1 });
         Defaults {
             concurrency,
             amount,
@@ -58,6 +63,7 @@ impl Mode {
             cancel,
             compensate,
             timeout,
+            purge_interval,
         }
     }
 }
@@ -70,6 +76,8 @@ struct Defaults {
     cancel: f64,
     compensate: f64,
     timeout: f64,
+    /// The spawned services' purge interval (store bytes per saga).
+    purge_interval: Duration,
 }
 
 /// A running stack's orchestrator, payment-svc and inventory-svc URLs.
@@ -114,6 +122,9 @@ pub struct Plan {
     pub sweep_json: PathBuf,
     /// Where the sweep's SVG plot goes, if anywhere.
     pub plot: Option<PathBuf>,
+    /// The services' purge interval, when store bytes per saga are measured
+    /// (not with `--no-store-size`, in a sweep, nor against a running stack).
+    pub store_size: Option<Duration>,
 }
 
 /// Checks the flags and resolves the defaults.
@@ -180,7 +191,18 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("loadgen-sweep.json"));
     let plot = args.plot.clone();
-    let (spawn, addrs) = target(args, &pids, &run)?;
+    let purge_interval = args.purge_interval.unwrap_or(defaults.purge_interval);
+    if purge_interval < Duration::from_millis(10) {
+        return Err(format!(
+            "--purge-interval must be at least 10ms (got {})",
+            service_kit::retention::format_duration(purge_interval)
+        ));
+    }
+    // Store bytes per saga: around the one measured saga phase (a sweep has
+    // several; it keeps metrics off on an embedded stack).
+    let purge_interval = (!args.no_store_size && sweep.is_empty()).then_some(purge_interval);
+    let (spawn, addrs) = target(args, &pids, &run, purge_interval)?;
+    let store_size = spawn.as_ref().and_then(|s| s.purge_interval);
     Ok(Plan {
         mode,
         spawn,
@@ -203,6 +225,7 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         sweep,
         sweep_json,
         plot,
+        store_size,
     })
 }
 
@@ -268,6 +291,7 @@ fn target(
     args: Args,
     pids: &[Watched],
     run: &str,
+    purge_interval: Option<Duration>,
 ) -> Result<(Option<SpawnConfig>, Option<Urls>), String> {
     if let Some(orchestrator) = args.orchestrator {
         let addrs = (
@@ -288,6 +312,7 @@ fn target(
         keep_data: args.keep_data,
         run: run.to_owned(),
         admin_token: args.admin_token,
+        purge_interval,
     };
     Ok((Some(spawn), None))
 }

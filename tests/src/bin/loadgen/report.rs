@@ -4,6 +4,7 @@
 
 use crate::plan::{Amount, Mode, Plan};
 use crate::run::Outcome;
+use crate::stack::BINARIES;
 use crate::tally::Tally;
 
 /// Why the run fails (empty: it passed). Never about timings.
@@ -77,6 +78,7 @@ pub fn print(plan: &Plan, out: &Outcome, why: &[String]) {
     outcomes(plan, out);
     store_and_audit(out);
     resources(out);
+    store_size(out);
     mongo_commands(out);
     crate::sweep::print(out);
     crate::sweep::write(plan, out);
@@ -259,18 +261,109 @@ fn resources(out: &Outcome) {
         return;
     }
     println!(
-        "{:<16} {:>16} {:>22}",
-        "cpu µs per", "saga (saga phase)", "pair (floor phase)"
+        "{:<16} {:>16} {:>22} {:>18}",
+        "cpu µs per", "saga (saga phase)", "pair (floor phase)", "store bytes/saga"
     );
     for p in &out.procs {
         let us = |cpu, n| per_us(cpu, n).map_or("-".to_owned(), |v| format!("{v:.0}"));
         println!(
-            "{:<16} {:>16} {:>22}",
+            "{:<16} {:>16} {:>22} {:>18}",
             p.name,
             us(p.cpu_saga, sagas),
-            us(p.cpu_floor, pairs)
+            us(p.cpu_floor, pairs),
+            store_cell(out, &p.name, sagas)
         );
     }
+}
+
+/// `name`'s store bytes per saga in the table: the figure, `n/a` for a
+/// service without it (gauge missing or not measured), `-` for a process
+/// without a store of its own (loadgen, the MongoDB test server).
+fn store_cell(out: &Outcome, name: &str, sagas: u64) -> String {
+    if !BINARIES.contains(&name) {
+        return "-".to_owned();
+    }
+    store_per_saga(out, name, sagas).map_or("n/a".to_owned(), |v| format!("{v:.1}"))
+}
+
+/// `service`'s store bytes per saga of the measured saga phase.
+fn store_per_saga(out: &Outcome, service: &str, sagas: u64) -> Option<f64> {
+    out.store_size.as_ref()?.per_saga(service, sagas)
+}
+
+/// Each service's `store_size_bytes` before and after the measured saga
+/// phase, and the growth per saga.
+fn store_size(out: &Outcome) {
+    let sagas = out.saga.as_ref().map_or(0, |t| t.ok);
+    let Some(s) = &out.store_size else {
+        if out.saga.is_some() && out.sweep.is_empty() {
+            println!("store bytes/saga: n/a (not measured: a running stack, or --no-store-size)");
+        }
+        return;
+    };
+    let bytes = |v: Option<&f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.0}"));
+    let after = s.after.as_ref();
+    let parts: Vec<String> = BINARIES
+        .iter()
+        .map(|name| {
+            let (b, a) = (
+                s.before.sizes.get(*name),
+                after.and_then(|a| a.sizes.get(*name)),
+            );
+            if b.is_none() && a.is_none() {
+                return format!("{name} n/a (no gauge)");
+            }
+            let per = s
+                .per_saga(name, sagas)
+                .map_or("n/a".to_owned(), |v| format!("{v:.1}"));
+            format!("{name} {} → {} B ({per} B/saga)", bytes(b), bytes(a))
+        })
+        .collect();
+    let waits = match after {
+        Some(a) => format!(
+            "gauges read after {:.1} s / {:.1} s waits for a refresh{}",
+            s.before.waited.as_secs_f64(),
+            a.waited.as_secs_f64(),
+            if s.before.settled && a.settled {
+                ""
+            } else {
+                " (still moving at the cap: last values)"
+            }
+        ),
+        None => "the run stopped before the gauges were read again".to_owned(),
+    };
+    println!(
+        "store bytes/saga (store_size_bytes after − before the saga phase ÷ {sagas} sagas; purge interval {}, {waits}): {}",
+        service_kit::retention::format_duration(s.interval),
+        parts.join(", ")
+    );
+}
+
+/// Store bytes per saga as JSON: per service (null without the gauge),
+/// `total` (null unless every service has it), and how the gauges were read.
+fn store_json(out: &Outcome) -> serde_json::Value {
+    let Some(s) = &out.store_size else {
+        return serde_json::Value::Null;
+    };
+    let sagas = out.saga.as_ref().map_or(0, |t| t.ok);
+    let per: Vec<(&str, Option<f64>)> = BINARIES
+        .iter()
+        .map(|name| (*name, s.per_saga(name, sagas)))
+        .collect();
+    let total = per.iter().map(|(_, v)| *v).sum::<Option<f64>>().map(r3);
+    let services: serde_json::Map<String, serde_json::Value> = per
+        .into_iter()
+        .map(|(name, v)| (name.to_owned(), serde_json::json!(v.map(r3))))
+        .collect();
+    serde_json::json!({
+        "total": total,
+        "services": services,
+        "sagas": sagas,
+        "purge_interval_s": r3(s.interval.as_secs_f64()),
+        "wait_before_s": r3(s.before.waited.as_secs_f64()),
+        "wait_after_s": s.after.as_ref().map(|a| r3(a.waited.as_secs_f64())),
+        "settled": s.before.settled && s.after.as_ref().is_some_and(|a| a.settled),
+    })
 }
 
 /// CPU µs per call from CPU seconds over `n` calls.
@@ -377,11 +470,15 @@ fn json(plan: &Plan, out: &Outcome, why: &[String]) -> serde_json::Value {
             "cpu_s_floor": p.cpu_floor.map(r3),
             "cpu_us_per_saga": per_us(p.cpu_saga, out.saga.as_ref().map_or(0, |t| t.ok)).map(|v| v.round()),
             "cpu_us_per_floor_pair": per_us(p.cpu_floor, out.floor.as_ref().map_or(0, |t| t.ok)).map(|v| v.round()),
+            "store_bytes_before": out.store_size.as_ref().and_then(|s| s.before.sizes.get(&p.name)).map(|b| b.round() as i64),
+            "store_bytes_after": out.store_size.as_ref().and_then(|s| s.after.as_ref()?.sizes.get(&p.name)).map(|b| b.round() as i64),
+            "store_bytes_per_saga": store_per_saga(out, &p.name, out.saga.as_ref().map_or(0, |t| t.ok)).map(r3),
         })).collect::<Vec<_>>(),
         "mongo_commands_per_saga": match (&out.mongo_saga, &out.saga) {
             (Some(d), Some(t)) if t.ok > 0 => Some(mongo_json(d, t.ok)),
             _ => None,
         },
+        "store_bytes_per_saga": store_json(out),
         "sweep": (!out.sweep.is_empty()).then(|| crate::sweep::json(out)),
         "passed": why.is_empty(),
         "failures": why,

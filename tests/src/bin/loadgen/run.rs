@@ -1,7 +1,8 @@
 //! One load run, stage by stage: start (or attach to) the stack, seed, the
-//! saga phase, the store check, the floor phase, the audit. Every figure
-//! lands in [`Outcome`] as soon as it is known, so a timeout or a signal
-//! still reports what was done.
+//! saga phase (between fresh readings of the store size gauges), the store
+//! check, the floor phase, the audit. Every figure lands in [`Outcome`] as
+//! soon as it is known, so a timeout or a signal still reports what was
+//! done.
 
 use crate::catalog::Catalog;
 use crate::check::{self, Audit};
@@ -29,6 +30,25 @@ pub struct ProcReport {
     pub cpu_floor: Option<f64>,
 }
 
+/// The store size gauges around the measured saga phase.
+pub struct StoreSize {
+    /// The services' purge interval: the gauges' period.
+    pub interval: Duration,
+    /// Fresh values after the warm-up, before the measured phase.
+    pub before: scrape::Settled,
+    /// Fresh values after it (None if the run stopped first).
+    pub after: Option<scrape::Settled>,
+}
+
+impl StoreSize {
+    /// `service`'s store bytes per saga over `sagas` sagas; None when a
+    /// side lacks its gauge or no saga finished.
+    pub fn per_saga(&self, service: &str, sagas: u64) -> Option<f64> {
+        let after = self.after.as_ref()?;
+        scrape::bytes_per_saga(&self.before.sizes, &after.sizes, service, sagas)
+    }
+}
+
 /// Everything measured; filled in as the run goes, so a timeout still
 /// reports what was done.
 #[derive(Default)]
@@ -48,6 +68,9 @@ pub struct Outcome {
     /// MongoDB commands sent during the measured saga phase, per service
     /// and command (MongoDB backend only).
     pub mongo_saga: Option<scrape::Counts>,
+    /// Each service's `store_size_bytes` before and after the measured saga
+    /// phase (a spawned stack, unless `--no-store-size`; not in a sweep).
+    pub store_size: Option<StoreSize>,
     /// A sweep's levels, in the order run (empty unless `--concurrency`
     /// was a list).
     pub sweep: Vec<sweep::Point>,
@@ -73,7 +96,15 @@ pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
         name: "loadgen".into(),
         pid: std::process::id(),
     });
-    let result = measure(plan, out, &watched, &metrics, &urls).await;
+    let endpoints = Endpoints {
+        commands: if plan.spawn.as_ref().is_some_and(|c| c.mongo) {
+            metrics.clone()
+        } else {
+            Vec::new()
+        },
+        gauges: plan.store_size.map(|interval| (metrics.clone(), interval)),
+    };
+    let result = measure(plan, out, &watched, &endpoints, &urls).await;
     out.procs = watched
         .iter()
         .enumerate()
@@ -90,6 +121,15 @@ pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
         wrap_up(plan, s, failed);
     }
     result
+}
+
+/// The services' Prometheus endpoints, by what is read from them.
+struct Endpoints {
+    /// `mongodb_commands_total` (MongoDB only; else empty).
+    commands: Vec<SocketAddr>,
+    /// `store_size_bytes`, with the services' purge interval (None when
+    /// store bytes per saga are not measured).
+    gauges: Option<(Vec<SocketAddr>, Duration)>,
 }
 
 /// The spawned stack, or none when driving a running one.
@@ -135,7 +175,7 @@ async fn measure(
     plan: &Plan,
     out: &mut Outcome,
     watched: &[Watched],
-    metrics: &[SocketAddr],
+    endpoints: &Endpoints,
     urls: &Urls,
 ) -> Result<(), String> {
     let (orchestrator, payment, inventory) = urls;
@@ -167,7 +207,7 @@ async fn measure(
     if !plan.sweep.is_empty() {
         let ctx = sweep::Context {
             watched,
-            metrics,
+            metrics: &endpoints.commands,
             urls,
             cat: &cat,
         };
@@ -176,7 +216,7 @@ async fn measure(
         out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
         return audit(out, &clients, &cat).await;
     }
-    let saga_ok = saga_phase(plan, out, &clients, &cat, watched, metrics).await;
+    let saga_ok = saga_phase(plan, out, &clients, &cat, watched, endpoints).await;
     out.stage = "the store check";
     out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
     if plan.floor && saga_ok > 0 {
@@ -202,7 +242,8 @@ async fn seed(
     Ok(())
 }
 
-/// Warmup (if any) and the measured CreateOrder phase; returns the sagas
+/// Warmup (if any) and the measured CreateOrder phase, between fresh
+/// readings of the store size gauges (when measured); returns the sagas
 /// that ended as expected-shaped replies.
 async fn saga_phase(
     plan: &Plan,
@@ -210,7 +251,7 @@ async fn saga_phase(
     clients: &Clients,
     cat: &Arc<Catalog>,
     watched: &[Watched],
-    metrics: &[SocketAddr],
+    endpoints: &Endpoints,
 ) -> u64 {
     out.stage = "saga phase";
     eprintln!("loadgen: saga phase");
@@ -218,15 +259,47 @@ async fn saga_phase(
         let warm = phase(plan, Kind::Saga, "w", warmup(plan));
         out.warmup = Some(workload::run_phase(clients, cat, &warm).await);
     }
+    if let Some((addrs, interval)) = &endpoints.gauges {
+        let before = store_sizes(out, addrs, *interval, "before").await;
+        out.store_size = Some(StoreSize {
+            interval: *interval,
+            before,
+            after: None,
+        });
+    }
+    out.stage = "saga phase";
     let measured = phase(plan, Kind::Saga, "m", measured(plan));
-    let (saga, cpu, mongo) = timed_phase(clients, cat, &measured, watched, metrics).await;
+    let (saga, cpu, mongo) =
+        timed_phase(clients, cat, &measured, watched, &endpoints.commands).await;
     for (p, c) in out.procs.iter_mut().zip(cpu) {
         p.cpu_saga = c;
     }
     out.mongo_saga = mongo;
     let ok = saga.ok;
     out.saga = Some(saga);
+    if let Some((addrs, interval)) = &endpoints.gauges {
+        let after = store_sizes(out, addrs, *interval, "after").await;
+        if let Some(s) = &mut out.store_size {
+            s.after = Some(after);
+        }
+    }
     ok
+}
+
+/// Fresh `store_size_bytes` of every service at `addrs`, refreshed every
+/// `interval` (see [`scrape::settle`]).
+async fn store_sizes(
+    out: &mut Outcome,
+    addrs: &[SocketAddr],
+    interval: Duration,
+    when: &str,
+) -> scrape::Settled {
+    out.stage = "the wait for fresh store size gauges";
+    eprintln!(
+        "loadgen: waiting for fresh store_size_bytes gauges {when} the measured phase (purge interval {})",
+        service_kit::retention::format_duration(interval)
+    );
+    scrape::settle(addrs, interval).await
 }
 
 /// Warmup (if any) and as many Charge + Deduct pairs as the saga phase

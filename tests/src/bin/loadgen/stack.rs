@@ -37,6 +37,10 @@ pub struct SpawnConfig {
     pub run: String,
     /// Admin token the services require for Deposit/AddStock (ADMIN_TOKEN).
     pub admin_token: Option<String>,
+    /// When store bytes per saga are measured: the services' purge interval
+    /// (PURGE_INTERVAL), the period of their `store_size_bytes` gauge, and
+    /// metrics are served on every backend.
+    pub purge_interval: Option<Duration>,
 }
 
 /// One service process.
@@ -58,8 +62,10 @@ pub struct Stack {
     mongo: Option<MongoServer>,
     /// "embedded (SQLite)", the test server's label or "MongoDB at ...".
     pub store_label: String,
-    /// The services' Prometheus endpoints, served only on MongoDB (to count
-    /// commands per saga); embedded runs turn metrics off.
+    /// The services' Prometheus endpoints (orchestrator, payment-svc,
+    /// inventory-svc), served on MongoDB (to count commands per saga) and
+    /// whenever store bytes per saga are measured; otherwise embedded runs
+    /// turn metrics off (empty).
     pub metrics: Vec<SocketAddr>,
     dir: Option<tempfile::TempDir>,
     pub dir_path: PathBuf,
@@ -194,7 +200,7 @@ impl Stack {
             .arg(&stack.inventory);
         stack.spawn("orchestrator", orchestrator)?;
         stack.wait_ready("orchestrator", deadline).await?;
-        if config.mongo {
+        if serves_metrics(config) {
             stack.metrics = ports[3..6]
                 .iter()
                 .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
@@ -362,6 +368,12 @@ async fn health(endpoint: &Endpoint) -> Result<(), String> {
     }
 }
 
+/// Whether the spawned services serve metrics: on MongoDB (commands per
+/// saga) and when store bytes per saga are measured.
+fn serves_metrics(config: &SpawnConfig) -> bool {
+    config.mongo || config.purge_interval.is_some()
+}
+
 /// The command that runs service `name` on `port` (metrics on `metrics`),
 /// its data under `data_dir` or in MongoDB at `mongo_uri`. Nothing from our
 /// environment may change the set-up.
@@ -402,11 +414,20 @@ fn service_command(
         }
     }
     // Metrics cost CPU on every call: off, except on MongoDB, where the
-    // report counts each service's commands per saga from them.
-    if mongo_uri.is_some() {
+    // report counts each service's commands per saga from them, and when
+    // the report gives store bytes per saga from `store_size_bytes`.
+    if serves_metrics(config) {
         cmd.env_remove("NO_METRICS");
     } else {
         cmd.env("NO_METRICS", "true");
+    }
+    // The gauge is refreshed once per purge round: a short interval, so
+    // the report need not wait long for a fresh value.
+    if let Some(interval) = config.purge_interval {
+        cmd.env(
+            "PURGE_INTERVAL",
+            service_kit::retention::format_duration(interval),
+        );
     }
     match &config.admin_token {
         Some(token) => cmd.env("ADMIN_TOKEN", token),
