@@ -153,7 +153,14 @@ async fn embedded_finished_sagas_are_archived_then_expire_with_their_records() {
     .await;
     let late = finished_sagas_and_records_expire(&stack, Duration::from_secs(20)).await;
     eprintln!("embedded: the completed saga was gone {late:?} after its retention");
+    assert_archived_once(&archive);
+    stack.stop().await;
+}
 
+/// `archive` holds one day's file with the two finished sagas of
+/// [`finished_sagas_and_records_expire`], each once, in the order they
+/// expired, each with the time it was archived.
+fn assert_archived_once(archive: &Path) {
     let files: Vec<_> = std::fs::read_dir(&archive)
         .expect("archive dir")
         .map(|e| e.expect("entry").path())
@@ -180,6 +187,33 @@ async fn embedded_finished_sagas_are_archived_then_expire_with_their_records() {
         .collect();
     assert_eq!(archived, [("r-done", "completed"), ("r-poor", "cancelled")]);
     assert!(lines.iter().all(|l| l["archived_at_ms"].is_i64()));
+}
+
+/// On MongoDB with an archive directory the orchestrator's purge archives
+/// and deletes expired sagas itself (the TTL index waits an hour longer, a
+/// backstop only): each lands in the archive exactly once, and the
+/// participants' records still go by their TTL index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mongo_finished_sagas_are_archived_before_they_are_deleted() {
+    let Some((_server, uri, within)) = ttl_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let archive = dir.path().join("archive");
+    let storage = Storage::Mongo {
+        uri,
+        prefix: format!("archive_{}", uuid::Uuid::now_v7().simple()),
+    };
+    let stack = Stack::start_retaining(
+        tempfile::tempdir().expect("tempdir"),
+        storage,
+        sagas(Some(&archive)),
+        history(),
+    )
+    .await;
+    let late = finished_sagas_and_records_expire(&stack, within).await;
+    eprintln!("MongoDB archive: the completed saga was gone {late:?} after its retention");
+    assert_archived_once(&archive);
     stack.stop().await;
 }
 
