@@ -86,11 +86,11 @@ echo "== $stage"
 
 stage="MongoDB target"
 if [ -n "${MONGODB_URI:-}" ]; then
-    echo "== MongoDB target: real MongoDB (MONGODB_URI is set)"
+    echo "== MongoDB target: real MongoDB (MONGODB_URI is set); SecantusDB too, for the tests that stop their server, set its transaction lifetime or inject failpoints"
 else
     echo "== MongoDB target: SecantusDB, a MongoDB-compatible server over WiredTiger (no MONGODB_URI); preparing it"
-    ./scripts/secantusdb.sh --setup-only >/dev/null
 fi
+./scripts/secantusdb.sh --setup-only >/dev/null
 # The MongoDB suites must run, never skip, in this command.
 export REQUIRE_MONGO=1
 
