@@ -54,10 +54,10 @@
         el("td", {}, step.action + " / " + step.compensation),
         el("td", { class: "status" }, stepStatus(step.status)),
         el("td", { class: "num attempts" }, step.attempts),
-        el("td", { class: "num" }, step.compensation_attempts),
+        el("td", { class: "num compensation-attempts" }, step.compensation_attempts),
         el("td", { class: "time" }, time(step.started_at)),
         el("td", { class: "time" }, time(step.finished_at)),
-        el("td", { class: "num" }, duration(took)),
+        el("td", { class: "num took" }, duration(took)),
         el("td", { class: "error" }, step.last_error)));
     }
   }

@@ -15,7 +15,10 @@
 //!   (retry budget exhausted) *is* compensated too — the participant's
 //!   barrier makes compensating a never-applied action a safe no-op.
 //! - Compensations are retried; if their budget runs out the saga is
-//!   `Failed` and waits for a person (RetrySaga).
+//!   `Failed` and waits for a person (RetrySaga). Its reason then says which
+//!   compensation could not be completed; a resume puts back the reason it
+//!   was compensating for, so a retried saga that ends `Cancelled` does not
+//!   keep a failure that was fixed.
 
 use crate::saga::{
     HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition,
@@ -254,6 +257,13 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
 
 /// Makes a Failed saga resumable: its compensations get a fresh budget.
 /// Returns false when the saga is not Failed.
+///
+/// The saga's reason goes back to why it is compensating (the refusal or
+/// the unknown outcome that started the compensations, see
+/// [`compensation_cause`]): the failure that made it Failed ("refund could
+/// not be completed: …") was fixed by the person who retried it, so it must
+/// not stay the reason of the saga that now ends Cancelled. If that
+/// compensation fails again, the new failure becomes the reason again.
 pub fn resume(saga: &mut Saga, now_ms: i64) -> bool {
     if saga.status != SagaStatus::Failed {
         return false;
@@ -261,6 +271,7 @@ pub fn resume(saga: &mut Saga, now_ms: i64) -> bool {
     for step in &mut saga.steps {
         step.compensation_attempts = 0;
     }
+    saga.reason = compensation_cause(saga);
     saga.updated_at_ms = now_ms;
     set_status(
         saga,
@@ -311,6 +322,21 @@ pub fn release(saga: &mut Saga, owner: &str, now_ms: i64) {
         now_ms,
     );
     saga.lease = None;
+}
+
+/// Why the saga started compensating: the detail of its saga-level
+/// transition from running to compensating, which carries the reason
+/// [`start_compensating`] set (there is exactly one; a resume moves from
+/// failed). `None` when the bounded history no longer holds it (dropped
+/// from the middle of a very long history): no reason rather than a stale
+/// one.
+fn compensation_cause(saga: &Saga) -> Option<String> {
+    let running = SagaStatus::Running.as_str();
+    let compensating = SagaStatus::Compensating.as_str();
+    saga.history
+        .iter()
+        .find(|t| t.step.is_none() && t.from == running && t.to == compensating)
+        .map(|t| t.detail.clone())
 }
 
 fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i64) {

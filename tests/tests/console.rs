@@ -6,9 +6,13 @@
 //! counts per status; the status filter and the search narrow the list; a
 //! saga's page shows its order, steps, timeline and what the participants
 //! recorded; a running saga's page follows it live, without reloading,
-//! until it is terminal; a FAILED saga is retried from "Needs attention"
-//! with the admin token once its cause is fixed; and a customer id that is
-//! HTML shows as text. Screenshots of the list and of a saga page are
+//! until it is terminal; a saga made FAILED by the participants' own fault
+//! injection (`faults.v1`: inventory answers every call with a transient
+//! error, so the restock compensation cannot complete) is retried from
+//! "Needs attention" with the admin token once the fault is cleared, and
+//! ends CANCELLED with one charge and one refund; and a customer id that is
+//! HTML shows as text, in the list and on its saga page (its error texts
+//! too). Screenshots of the list and of a saga page are
 //! taken every run; they are written to `docs/` (the README shows them)
 //! only with `UPDATE_SCREENSHOTS=1`, so a test run leaves the repository
 //! unchanged.
@@ -25,7 +29,8 @@ use orchestrator::order_saga::OrderParticipants;
 use orchestrator::order_saga::call::Caller;
 use orchestrator::saga::{Saga, Step};
 use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
-use participant_kit::faults::Faults;
+use participant_kit::faults::{FaultSettings, Faults, TRANSIENT_MESSAGE};
+use saga_proto::faults::v1 as faults;
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as pb;
@@ -36,7 +41,6 @@ use service_kit::server::ServeOptions;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -47,17 +51,20 @@ const XSS: &str = "<img src=x onerror=alert(1)>";
 /// The customer whose sagas wait at their first action until released.
 const HELD: &str = "carol";
 
-/// A real step whose compensation fails while `broken` (the cause a person
-/// must fix), and whose action waits while `held` for [`HELD`]'s sagas (so
-/// a saga can be watched running).
-struct Controlled {
+/// A real step whose action waits while `held` for [`HELD`]'s sagas, so a
+/// saga can be watched running and then let go at a moment the test
+/// chooses. Only the live-update scenario needs it: the participants' fault
+/// injection can fail or delay a call, but a random delay cannot be
+/// released on cue, and a page that must be seen RUNNING before the saga
+/// ends needs exactly that. Every failure in this test comes from the
+/// participants' fault injection instead.
+struct Held {
     inner: Arc<dyn SagaStep>,
-    broken: Arc<AtomicBool>,
     held: watch::Receiver<bool>,
 }
 
 #[async_trait]
-impl SagaStep for Controlled {
+impl SagaStep for Held {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -79,9 +86,6 @@ impl SagaStep for Controlled {
     }
 
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
-        if self.broken.load(Ordering::SeqCst) {
-            return StepOutcome::Transient("UNAVAILABLE: the refund path is down (test)".into());
-        }
         self.inner.compensate(saga, step).await
     }
 
@@ -105,7 +109,6 @@ struct ConsoleStack {
     inventory: Running,
     orchestrator: Running,
     console: SocketAddr,
-    broken: Arc<AtomicBool>,
     hold: watch::Sender<bool>,
 }
 
@@ -128,7 +131,6 @@ impl ConsoleStack {
         };
         let payment = start(Service::Payment).await;
         let inventory = start(Service::Inventory).await;
-        let broken = Arc::new(AtomicBool::new(false));
         let (hold, held) = watch::channel(false);
         let caller = Caller::new(Duration::from_secs(2)).with_service_token(service());
         let steps = OrderParticipants::with_caller(
@@ -139,9 +141,8 @@ impl ConsoleStack {
         .steps()
         .into_iter()
         .map(|inner| {
-            Arc::new(Controlled {
+            Arc::new(Held {
                 inner,
-                broken: broken.clone(),
                 held: held.clone(),
             }) as Arc<dyn SagaStep>
         })
@@ -171,9 +172,16 @@ impl ConsoleStack {
             inventory,
             orchestrator,
             console: console_addr,
-            broken,
             hold,
         }
+    }
+
+    /// SetFaults on inventory-svc (`faults.v1`, with the admin token).
+    async fn inventory_faults(&self, settings: FaultSettings) {
+        faults::fault_service_client::FaultServiceClient::new(channel(self.inventory.addr).await)
+            .set_faults(admin().request(faults::FaultSettings::from(settings)))
+            .await
+            .expect("set faults");
     }
 
     fn url(&self, path: &str) -> String {
@@ -184,7 +192,7 @@ impl ConsoleStack {
         let mut payments = payment::payment_service_client::PaymentServiceClient::new(
             channel(self.payment.addr).await,
         );
-        for (customer, cents) in [("alice", 100_000), ("bob", 100), (HELD, 10_000)] {
+        for (customer, cents) in [("alice", 100_000), ("bob", 10_000), (HELD, 10_000)] {
             payments
                 .deposit(admin().request(payment::DepositRequest {
                     request_id: format!("seed-{customer}"),
@@ -248,17 +256,24 @@ async fn create_sagas(stack: &ConsoleStack) -> Sagas {
     let completed = stack
         .order("web-1", "alice", ("sku-apple", 2, 150), true)
         .await;
-    // bob holds 100 cents: the charge is refused.
+    // 5 pears, 3 in stock: charged, deduct refused, refunded.
     let cancelled = stack
-        .order("web-2", "bob", ("sku-apple", 1, 5_000), true)
+        .order("web-2", "bob", ("sku-pear", 5, 200), true)
         .await;
-    // 5 pears, 3 in stock: charged, deduct refused, the refund keeps
-    // failing: FAILED after 3 attempts.
-    stack.broken.store(true, Ordering::SeqCst);
+    // No account: the charge is refused, with the customer id in its text.
+    let xss = stack.order("web-3", XSS, ("sku-apple", 1, 100), true).await;
+    // Inventory fails every call (fault injection): charged, the deduct
+    // gives up after 5 attempts, its restock after 3: FAILED. The fault
+    // stays until a person clears it (see the retry scenario).
+    stack
+        .inventory_faults(FaultSettings {
+            transient_error_rate: 1.0,
+            ..FaultSettings::disabled()
+        })
+        .await;
     let failed = stack
-        .order("web-3", "alice", ("sku-pear", 5, 200), true)
+        .order("web-4", "alice", ("sku-pear", 2, 200), true)
         .await;
-    let xss = stack.order("web-4", XSS, ("sku-apple", 1, 100), true).await;
     let status = |id: String| async move {
         wait_terminal(stack.orchestrator.addr, &id, Duration::from_secs(10))
             .await
@@ -440,8 +455,13 @@ async fn a_person_follows_filters_and_retries_sagas_in_the_console() {
     the_api_answers_errors_as_json_with_their_status(&mut b, &sagas).await;
     the_api_pages_with_list_sagas_tokens(&mut b, &stack).await;
     a_saga_page_shows_order_steps_timeline_and_records(&mut b, &stack, &sagas).await;
-    a_running_saga_page_updates_without_reload(&mut b, &stack).await;
+    a_cancelled_saga_page_shows_the_refusal_and_the_refund(&mut b, &stack, &sagas).await;
+    a_failed_saga_page_shows_the_failing_compensation(&mut b, &stack, &sagas).await;
+    html_in_a_customer_id_shows_as_text_on_its_saga_page(&mut b, &stack, &sagas).await;
+    // Before the live scenario: the injected fault stays on until the
+    // person clears it here, and the live saga needs inventory working.
     retry_from_needs_attention_finishes_a_failed_saga(&mut b, &stack, &sagas).await;
+    a_running_saga_page_updates_without_reload(&mut b, &stack).await;
 
     b.close().await;
     stack.stop().await;
@@ -537,36 +557,140 @@ async fn the_api_pages_with_list_sagas_tokens(b: &mut Browser, stack: &ConsoleSt
     );
 }
 
+/// What the open saga page shows (see [`SagaPage`]) once it shows the saga
+/// status `arguments[0]` and the participants' records are loaded.
+const PAGE: &str = "
+    if (document.body.dataset.sagaStatus !== arguments[0]) return null;
+    if (document.getElementById('records').dataset.loaded !== 'true') return null;
+    const text = (root, selector) => root.querySelector(selector).textContent;
+    return {
+      customer: text(document, '[data-fact=customer]'),
+      reason: text(document, '#reason'),
+      total: text(document, '#total'),
+      lines: [...document.querySelectorAll('#lines tbody tr')]
+        .map(r => [text(r, '.product'), r.cells[2].textContent]),
+      steps: [...document.querySelectorAll('#steps tbody tr')].map(r => ({
+        name: r.dataset.step,
+        status: r.querySelector('.status [data-status]').dataset.status,
+        attempts: text(r, '.attempts'),
+        compensation_attempts: text(r, '.compensation-attempts'),
+        took: text(r, '.took'),
+        error: text(r, '.error'),
+      })),
+    };";
+
+/// A saga page as a person reads it.
+#[derive(Debug, serde::Deserialize)]
+struct SagaPage {
+    customer: String,
+    /// "Why: …", or empty.
+    reason: String,
+    total: String,
+    /// (product, quantity) of each order line.
+    lines: Vec<(String, String)>,
+    steps: Vec<StepRow>,
+}
+
+/// One row of a saga page's steps table.
+#[derive(Debug, serde::Deserialize)]
+struct StepRow {
+    name: String,
+    status: String,
+    attempts: String,
+    compensation_attempts: String,
+    /// How long the step took, as shown ("—" while it has not finished).
+    took: String,
+    /// The step's last error, or empty.
+    error: String,
+}
+
+impl SagaPage {
+    /// Opens saga `id`'s page and reads it once it shows `status`
+    /// (`SAGA_STATUS_…`).
+    async fn open(b: &mut Browser, stack: &ConsoleStack, id: &str, status: &str) -> SagaPage {
+        b.open(&stack.url(&format!("/sagas/{id}"))).await;
+        SagaPage::read(b, status).await
+    }
+
+    /// Reads the open saga page once it shows `status`.
+    async fn read(b: &mut Browser, status: &str) -> SagaPage {
+        let page = b
+            .wait_for(
+                &format!("the saga page {status}"),
+                PAGE,
+                vec![json!(status)],
+            )
+            .await;
+        serde_json::from_value(page.clone()).unwrap_or_else(|e| panic!("{e}: {page}"))
+    }
+
+    /// Each step as (name, status, attempts, compensation attempts).
+    fn steps(&self) -> Vec<(&str, &str, &str, &str)> {
+        self.steps
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    s.status.as_str(),
+                    s.attempts.as_str(),
+                    s.compensation_attempts.as_str(),
+                )
+            })
+            .collect()
+    }
+
+    /// Each step's last error.
+    fn errors(&self) -> Vec<&str> {
+        self.steps.iter().map(|s| s.error.as_str()).collect()
+    }
+
+    /// Asserts every step shows how long it took ("12 ms", "1.25 s").
+    fn assert_durations_shown(&self) {
+        for step in &self.steps {
+            assert!(
+                is_duration(&step.took),
+                "{}: took {:?}",
+                step.name,
+                step.took
+            );
+        }
+    }
+}
+
+/// Whether `text` is a duration as the console shows one under a minute.
+fn is_duration(text: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.');
+    text.strip_suffix(" ms")
+        .or_else(|| text.strip_suffix(" s"))
+        .is_some_and(number)
+}
+
+fn lines(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(p, q)| ((*p).to_owned(), (*q).to_owned()))
+        .collect()
+}
+
 async fn a_saga_page_shows_order_steps_timeline_and_records(
     b: &mut Browser,
     stack: &ConsoleStack,
     s: &Sagas,
 ) {
-    b.open(&stack.url(&format!("/sagas/{}", s.completed))).await;
-    let steps = b
-        .wait_for(
-            "both steps succeeded",
-            "const rows = [...document.querySelectorAll('#steps tbody tr')];
-             const done = rows.map(r => r.querySelector('.status').innerText.trim());
-             return rows.length === 2 && done.every(t => t.endsWith('succeeded')) ? done : null;",
-            vec![],
-        )
-        .await;
-    assert_eq!(steps.as_array().map(Vec::len), Some(2));
-    let customer = b
-        .eval(
-            "return document.querySelector('[data-fact=customer]').textContent;",
-            vec![],
-        )
-        .await;
-    assert_eq!(customer, json!("alice"));
-    let total = b
-        .eval(
-            "return document.getElementById('total').textContent;",
-            vec![],
-        )
-        .await;
-    assert_eq!(total, json!("3.00"));
+    let page = SagaPage::open(b, stack, &s.completed, "SAGA_STATUS_COMPLETED").await;
+    assert_eq!(page.customer, "alice");
+    assert_eq!(page.total, "3.00");
+    assert_eq!(page.lines, lines(&[("sku-apple", "2")]));
+    assert_eq!(page.reason, "", "a completed saga has no reason");
+    assert_eq!(
+        page.steps(),
+        [
+            ("payment", "succeeded", "1", "0"),
+            ("inventory", "succeeded", "1", "0")
+        ]
+    );
+    assert_eq!(page.errors(), ["", ""]);
+    page.assert_durations_shown();
     let timeline = b
         .eval(
             "return [...document.querySelectorAll('#timeline li')].map(li => li.querySelector('.since').textContent);",
@@ -591,12 +715,119 @@ async fn a_saga_page_shows_order_steps_timeline_and_records(
     .await;
 }
 
+/// bob's 5 pears (3 in stock): charged, the deduct refused, refunded.
+async fn a_cancelled_saga_page_shows_the_refusal_and_the_refund(
+    b: &mut Browser,
+    stack: &ConsoleStack,
+    s: &Sagas,
+) {
+    let page = SagaPage::open(b, stack, &s.cancelled, "SAGA_STATUS_CANCELLED").await;
+    assert_eq!(page.customer, "bob");
+    assert_eq!(page.lines, lines(&[("sku-pear", "5")]));
+    assert_eq!(page.total, "10.00");
+    assert_eq!(
+        page.steps(),
+        [
+            ("payment", "compensated", "1", "1"),
+            ("inventory", "refused", "1", "0")
+        ]
+    );
+    let refusal = "insufficient stock: product \"sku-pear\" has 3 units available, deduct needs 5";
+    assert_eq!(page.errors()[0], "");
+    assert!(page.errors()[1].ends_with(refusal), "{:?}", page.errors());
+    assert!(page.reason.starts_with("Why: "), "{:?}", page.reason);
+    assert!(page.reason.ends_with(refusal), "{:?}", page.reason);
+    page.assert_durations_shown();
+    records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
+    records_show(b, "inventory", &[("deduct", "refused")]).await;
+}
+
+/// alice's order while inventory fails every call: charged, the deduct
+/// given up after 5 attempts, its restock after 3.
+async fn a_failed_saga_page_shows_the_failing_compensation(
+    b: &mut Browser,
+    stack: &ConsoleStack,
+    s: &Sagas,
+) {
+    let page = SagaPage::open(b, stack, &s.failed, "SAGA_STATUS_FAILED").await;
+    assert_eq!(page.customer, "alice");
+    assert_eq!(page.lines, lines(&[("sku-pear", "2")]));
+    assert_eq!(
+        page.steps(),
+        [
+            ("payment", "succeeded", "1", "0"),
+            ("inventory", "compensating", "5", "3")
+        ]
+    );
+    let injected = format!("Unavailable: {TRANSIENT_MESSAGE}");
+    assert_eq!(page.errors(), ["", injected.as_str()]);
+    assert_eq!(
+        page.reason,
+        format!("Why: restock could not be completed: {injected}")
+    );
+    assert!(is_duration(&page.steps[0].took), "{:?}", page.steps[0]);
+    assert_eq!(
+        page.steps[1].took, "—",
+        "the inventory step has not finished"
+    );
+    let retry = b
+        .eval(
+            "return !document.getElementById('retry-bar').hidden;",
+            vec![],
+        )
+        .await;
+    assert_eq!(retry, json!(true), "a FAILED saga offers Retry");
+    records_show(b, "payment", &[("charge", "applied")]).await;
+    // Every inventory call failed before doing anything.
+    records_show(b, "inventory", &[]).await;
+}
+
+/// Asserts the open page made no element and opened no alert out of the
+/// HTML it shows as text.
+async fn assert_no_html_ran(b: &mut Browser) {
+    let images = b
+        .eval("return document.querySelectorAll('img').length;", vec![])
+        .await;
+    assert_eq!(images, json!(0), "the customer id became an element");
+    assert!(
+        b.client.get_alert_text().await.is_err(),
+        "an alert is open: the customer id ran as script"
+    );
+}
+
+async fn html_in_a_customer_id_shows_as_text_on_its_saga_page(
+    b: &mut Browser,
+    stack: &ConsoleStack,
+    s: &Sagas,
+) {
+    let page = SagaPage::open(b, stack, &s.xss, "SAGA_STATUS_CANCELLED").await;
+    assert_eq!(page.customer, XSS);
+    // payment-svc's refusal names the customer: the error text is HTML too.
+    let refusal = format!("customer {XSS:?} has no account");
+    assert!(page.errors()[0].ends_with(&refusal), "{:?}", page.errors());
+    assert!(page.reason.ends_with(&refusal), "{:?}", page.reason);
+    let timeline = b
+        .eval(
+            "return [...document.querySelectorAll('#timeline .detail')].some(d => d.textContent.includes(arguments[0]));",
+            vec![json!(XSS)],
+        )
+        .await;
+    assert_eq!(
+        timeline,
+        json!(true),
+        "the timeline shows the refusal as text"
+    );
+    assert_no_html_ran(b).await;
+}
+
 /// Waits until the records of `step` list exactly these (kind, status).
 async fn records_show(b: &mut Browser, step: &str, expected: &[(&str, &str)]) {
     let expected: Vec<Value> = expected.iter().map(|(k, s)| json!([k, s])).collect();
     b.wait_for(
         &format!("the {step} records {expected:?}"),
-        "const rows = [...document.querySelectorAll(`#records [data-step='${arguments[0]}'] tbody tr`)];
+        "const section = document.querySelector(`#records [data-step='${arguments[0]}']`);
+         if (!section) return false;
+         const rows = [...section.querySelectorAll('tbody tr')];
          const got = rows.map(r => [r.dataset.kind, r.dataset.recordStatus]);
          return JSON.stringify(got) === JSON.stringify(arguments[1]);",
         vec![json!(step), json!(expected)],
@@ -649,12 +880,16 @@ async fn retry_from_needs_attention_finishes_a_failed_saga(
         )
         .await;
     assert!(
-        cause.as_str().unwrap_or_default().contains("refund"),
+        cause
+            .as_str()
+            .unwrap_or_default()
+            .contains("restock could not be completed"),
         "{cause}"
     );
-    // The person fixes the cause, then retries; the console asks for the
-    // admin token (one is configured) and sends it.
-    stack.broken.store(false, Ordering::SeqCst);
+    // The person fixes the cause (clears the injected fault), then
+    // retries; the console asks for the admin token (one is configured)
+    // and sends it.
+    stack.inventory_faults(FaultSettings::disabled()).await;
     b.eval(
         "document.querySelector(arguments[0] + ' button.retry').click();",
         vec![json!(row)],
@@ -683,17 +918,48 @@ async fn retry_from_needs_attention_finishes_a_failed_saga(
         !in_url.as_str().unwrap_or_default().contains(ADMIN),
         "the token is in the URL"
     );
-    b.open(&stack.url(&format!("/sagas/{}", s.failed))).await;
-    b.wait_for(
-        "the retried saga cancelled (refunded)",
-        "return document.body.dataset.sagaStatus === 'SAGA_STATUS_CANCELLED';",
-        vec![],
+    // The compensations finish: the deduct that never ran is blocked by a
+    // null compensation, the charge refunded.
+    let page = SagaPage::open(b, stack, &s.failed, "SAGA_STATUS_CANCELLED").await;
+    assert_eq!(
+        page.steps(),
+        [
+            ("payment", "compensated", "1", "1"),
+            ("inventory", "compensated", "5", "1")
+        ]
+    );
+    let injected = format!("Unavailable: {TRANSIENT_MESSAGE}");
+    assert_eq!(page.errors(), ["", injected.as_str()]);
+    page.assert_durations_shown();
+    // Why it was cancelled, not the failure the person fixed.
+    assert_eq!(
+        page.reason,
+        format!("Why: deduct gave up after 5 attempts: {injected}")
+    );
+    records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
+    records_show(
+        b,
+        "inventory",
+        &[("deduct", "blocked"), ("restock", "null_compensation")],
     )
     .await;
-    records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
     let shot = docs("console-saga.png");
     b.screenshot(&shot).await;
     drop_unless_updating(&shot);
     let done = wait_terminal(stack.orchestrator.addr, &s.failed, Duration::from_secs(10)).await;
     assert_eq!(done.status(), pb::SagaStatus::Cancelled);
+    assert_eq!(
+        done.reason,
+        format!("deduct gave up after 5 attempts: {injected}")
+    );
+    // One charge, one refund: alice paid for her completed order only.
+    assert_eq!(
+        saga_tests::balance_as(stack.payment.addr, "alice", admin()).await,
+        100_000 - 300
+    );
+    assert_eq!(
+        saga_tests::stock_as(stack.inventory.addr, "sku-pear", admin()).await,
+        3,
+        "nothing deducted"
+    );
 }

@@ -381,3 +381,116 @@ fn each_save_stamps_only_the_entries_it_added_with_its_version_and_writer() {
     );
     assert_eq!(s.lease, None);
 }
+
+#[test]
+fn a_resumed_saga_ends_with_the_cause_of_its_compensation_not_the_fixed_failure() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(1), Outcome::Refused("short".into()), 3);
+    let give_up = |s: &mut Saga, now| {
+        record(
+            s,
+            Next::Compensate(0),
+            Outcome::CompensationGaveUp("down".into()),
+            now,
+        );
+    };
+    give_up(&mut s, 4);
+    assert_eq!(s.status, SagaStatus::Failed);
+    assert_eq!(
+        s.reason.as_deref(),
+        Some("refund could not be completed: down")
+    );
+
+    // Resumed: compensating again because of the refusal.
+    assert!(resume(&mut s, 5));
+    assert_eq!(s.reason.as_deref(), Some("short"));
+    // Failing again shows the new failure; a second resume puts the cause
+    // back again.
+    give_up(&mut s, 6);
+    assert_eq!(
+        s.reason.as_deref(),
+        Some("refund could not be completed: down")
+    );
+    assert!(resume(&mut s, 7));
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 8);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(s.reason.as_deref(), Some("short"));
+    // The failures stay in the history.
+    assert!(
+        s.history
+            .iter()
+            .any(|t| t.to == "failed" && t.detail == "refund could not be completed: down")
+    );
+}
+
+#[test]
+fn a_resumed_saga_whose_unknown_outcome_caused_the_compensation_keeps_that_cause() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(
+        &mut s,
+        Next::Act(1),
+        Outcome::GaveUp("unavailable".into()),
+        3,
+    );
+    let cause = "deduct gave up after 1 attempts: unavailable";
+    assert_eq!(s.reason.as_deref(), Some(cause));
+    record(
+        &mut s,
+        Next::Compensate(1),
+        Outcome::CompensationGaveUp("still unavailable".into()),
+        4,
+    );
+    assert_eq!(
+        s.reason.as_deref(),
+        Some("restock could not be completed: still unavailable")
+    );
+    assert!(resume(&mut s, 5));
+    record(&mut s, Next::Compensate(1), Outcome::Compensated, 6);
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 7);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(s.reason.as_deref(), Some(cause));
+}
+
+#[test]
+fn a_resumed_saga_whose_history_lost_the_cause_has_no_reason_rather_than_the_failure() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    // Enough retries that the move to compensating is neither among the
+    // first transitions kept nor among the latest.
+    for now in 3..23 {
+        record(
+            &mut s,
+            Next::Act(1),
+            Outcome::Retrying("unavailable".into()),
+            now,
+        );
+    }
+    record(&mut s, Next::Act(1), Outcome::Refused("short".into()), 23);
+    for now in 24..124 {
+        record(
+            &mut s,
+            Next::Compensate(0),
+            Outcome::CompensationRetrying("down".into()),
+            now,
+        );
+    }
+    record(
+        &mut s,
+        Next::Compensate(0),
+        Outcome::CompensationGaveUp("down".into()),
+        124,
+    );
+    assert!(s.history_omitted > 0);
+    assert!(
+        !s.history
+            .iter()
+            .any(|t| t.to == "compensating" && t.from == "running")
+    );
+    assert!(resume(&mut s, 125));
+    assert_eq!(s.reason, None);
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 126);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(s.reason, None);
+}
