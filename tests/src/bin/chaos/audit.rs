@@ -212,116 +212,186 @@ impl RowsByRequest {
 /// Checks every invariant; returns the findings (one per invariant) and
 /// the figures.
 pub fn check(snap: &Snapshot, run: &Manifest) -> (Vec<Finding>, Figures) {
-    let orders = &run.orders;
-    let by_id: HashMap<&str, &Saga> = snap.sagas.iter().map(|s| (s.saga_id.as_str(), s)).collect();
-    let rows = RowsByRequest::of(snap);
-    let settled = Settlement::of(orders, &by_id, &rows);
-    let balances = totals(&snap.balances);
-    let stock = totals(&snap.stock);
-    let several = run.instances.len() > 1;
-    let mut findings = vec![
-        Finding::new(
-            "every saga COMPLETED or CANCELLED in the store (none FAILED, none missing)",
-            terminal(snap, orders),
-        ),
-        Finding::new(
-            format!(
-                "one saga per request id ({} orders, duplicates sent across {} instance(s))",
-                orders.len(),
-                run.instances.len()
+    let audit = Audit::of(snap, run);
+    let settled = Settlement::of(&run.orders, &audit.by_id, &audit.rows);
+    let mut findings = audit.record_findings();
+    findings.extend(audit.settlement_findings(settled));
+    findings.extend(audit.store_findings());
+    let figures = figures(snap);
+    findings.extend(audit.kill_findings(&figures));
+    findings.extend(audit.contention_findings());
+    (findings, figures)
+}
+
+/// What the checks read: the stores and the manifest, with the stores'
+/// rows grouped for lookups.
+struct Audit<'a> {
+    snap: &'a Snapshot,
+    run: &'a Manifest,
+    by_id: HashMap<&'a str, &'a Saga>,
+    rows: RowsByRequest,
+    /// Customer → final balance (summed over its rows).
+    balances: BTreeMap<String, i64>,
+    /// Product → final stock (summed over its rows).
+    stock: BTreeMap<String, i64>,
+}
+
+impl<'a> Audit<'a> {
+    fn of(snap: &'a Snapshot, run: &'a Manifest) -> Audit<'a> {
+        Audit {
+            snap,
+            run,
+            by_id: snap.sagas.iter().map(|s| (s.saga_id.as_str(), s)).collect(),
+            rows: RowsByRequest::of(snap),
+            balances: totals(&snap.balances),
+            stock: totals(&snap.stock),
+        }
+    }
+
+    /// The sagas and participant records as records: every order has its
+    /// saga, once; no record or effect twice.
+    fn record_findings(&self) -> Vec<Finding> {
+        let (snap, run) = (self.snap, self.run);
+        vec![
+            Finding::new(
+                "every saga COMPLETED or CANCELLED in the store (none FAILED, none missing)",
+                terminal(snap, &run.orders),
             ),
-            one_saga_per_request(snap),
-        ),
-        Finding::new(
-            format!(
-                "every operationHistory row counted ({} payment + {} inventory rows): no (request id, kind) recorded twice",
-                snap.payment_ops.len(),
-                snap.inventory_ops.len()
+            Finding::new(
+                format!(
+                    "one saga per request id ({} orders, duplicates sent across {} instance(s))",
+                    run.orders.len(),
+                    run.instances.len()
+                ),
+                one_saga_per_request(snap),
             ),
-            repeated_keys(snap),
-        ),
-        Finding::new(
-            "no second effective charge or deduct (or deducted line) for one step",
-            second_effects(&rows),
-        ),
-        Finding::new(
-            "every COMPLETED order: exactly one effective charge and one effective deduction",
-            settled.completed,
-        ),
-        Finding::new("every CANCELLED order nets to zero", settled.cancelled),
-        Finding::new(
-            "money: initial − final balance = Σ COMPLETED totals, per customer",
-            moved(
-                &run.initial.balances,
-                &balances,
-                &settled.spent,
-                |n| format!("COMPLETED orders total {n}"),
-                "account missing",
+            Finding::new(
+                format!(
+                    "every operationHistory row counted ({} payment + {} inventory rows): no (request id, kind) recorded twice",
+                    snap.payment_ops.len(),
+                    snap.inventory_ops.len()
+                ),
+                repeated_keys(snap),
             ),
-        ),
-        Finding::new(
-            "stock: initial − final = Σ COMPLETED quantities, per product",
-            moved(
-                &run.initial.stock,
-                &stock,
-                &settled.taken,
-                |n| format!("COMPLETED orders hold {n} units"),
-                "product missing",
+            Finding::new(
+                "no second effective charge or deduct (or deducted line) for one step",
+                second_effects(&self.rows),
             ),
-        ),
-        Finding::new(
-            "balances and stock never negative in any stored row (one row per account and product)",
-            negatives(snap),
-        ),
-        Finding::new(
-            "every participant effect belongs to a saga of this run (no orphan charge/refund/deduct/restock/line)",
-            orphans(snap, &by_id),
-        ),
-        Finding::new(
-            "each saga's history is one linear sequence of versions 1..=version (no version twice, no gap)",
-            snap.sagas.iter().filter_map(linear_versions).collect(),
-        ),
-        Finding::new(
-            "no saga advanced by two instances: each version written by one instance, the writer changing only with a claim",
-            snap.sagas.iter().filter_map(single_writer).collect(),
-        ),
-        Finding::new(
+        ]
+    }
+
+    /// What the terminal sagas did: per order, then money and stock per
+    /// customer and product.
+    fn settlement_findings(&self, settled: Settlement) -> Vec<Finding> {
+        let initial = &self.run.initial;
+        vec![
+            Finding::new(
+                "every COMPLETED order: exactly one effective charge and one effective deduction",
+                settled.completed,
+            ),
+            Finding::new("every CANCELLED order nets to zero", settled.cancelled),
+            Finding::new(
+                "money: initial − final balance = Σ COMPLETED totals, per customer",
+                moved(
+                    &initial.balances,
+                    &self.balances,
+                    &settled.spent,
+                    |n| format!("COMPLETED orders total {n}"),
+                    "account missing",
+                ),
+            ),
+            Finding::new(
+                "stock: initial − final = Σ COMPLETED quantities, per product",
+                moved(
+                    &initial.stock,
+                    &self.stock,
+                    &settled.taken,
+                    |n| format!("COMPLETED orders hold {n} units"),
+                    "product missing",
+                ),
+            ),
+        ]
+    }
+
+    /// Rows that must never exist (negative, orphaned) and the sagas'
+    /// histories as sequences of saves.
+    fn store_findings(&self) -> Vec<Finding> {
+        let snap = self.snap;
+        vec![
+            Finding::new(
+                "balances and stock never negative in any stored row (one row per account and product)",
+                negatives(snap),
+            ),
+            Finding::new(
+                "every participant effect belongs to a saga of this run (no orphan charge/refund/deduct/restock/line)",
+                orphans(snap, &self.by_id),
+            ),
+            Finding::new(
+                "each saga's history is one linear sequence of versions 1..=version (no version twice, no gap)",
+                snap.sagas.iter().filter_map(linear_versions).collect(),
+            ),
+            Finding::new(
+                "no saga advanced by two instances: each version written by one instance, the writer changing only with a claim",
+                snap.sagas.iter().filter_map(single_writer).collect(),
+            ),
+        ]
+    }
+
+    /// The SIGKILLed orchestrators' sagas: finished, and — with several
+    /// instances — taken over by the others.
+    fn kill_findings(&self, figures: &Figures) -> Vec<Finding> {
+        let run = self.run;
+        let mut findings = vec![Finding::new(
             format!(
                 "every saga an orchestrator held when SIGKILLed reached a terminal state ({} sagas over {} kill(s))",
                 run.kills.iter().map(|k| k.in_flight.len()).sum::<usize>(),
                 run.kills.len()
             ),
-            victims_terminal(run, &by_id),
-        ),
-    ];
-    let figures = figures(snap);
-    if several && !run.kills.is_empty() {
-        findings.push(Finding::new(
-            format!(
-                "lease takeovers happened (counted in the stored histories: {})",
-                figures.takeovers
-            ),
-            if figures.takeovers > 0 {
-                Vec::new()
-            } else {
-                vec!["no saga history holds a takeover".to_owned()]
-            },
-        ));
-        let (problems, taken, landed) = taken_over_before_return(run, &by_id);
-        findings.push(Finding::new(
-            format!(
-                "a SIGKILLed instance's sagas were taken over by other instances before it returned ({taken} taken over, {landed} finished by a write it sent before dying)"
-            ),
-            problems,
-        ));
-    }
-    if let Some(contention) = &run.contention {
-        for race in [Race::Stock, Race::Money] {
-            let (name, problems) = race_result(run, contention, race, &by_id, &balances, &stock);
-            findings.push(Finding::new(name, problems));
+            victims_terminal(run, &self.by_id),
+        )];
+        if run.instances.len() > 1 && !run.kills.is_empty() {
+            findings.push(Finding::new(
+                format!(
+                    "lease takeovers happened (counted in the stored histories: {})",
+                    figures.takeovers
+                ),
+                if figures.takeovers > 0 {
+                    Vec::new()
+                } else {
+                    vec!["no saga history holds a takeover".to_owned()]
+                },
+            ));
+            let (problems, taken, landed) = taken_over_before_return(run, &self.by_id);
+            findings.push(Finding::new(
+                format!(
+                    "a SIGKILLed instance's sagas were taken over by other instances before it returned ({taken} taken over, {landed} finished by a write it sent before dying)"
+                ),
+                problems,
+            ));
         }
+        findings
     }
-    (findings, figures)
+
+    /// The contention races, when the run had them.
+    fn contention_findings(&self) -> Vec<Finding> {
+        let Some(contention) = &self.run.contention else {
+            return Vec::new();
+        };
+        [Race::Stock, Race::Money]
+            .into_iter()
+            .map(|race| {
+                let (name, problems) = race_result(
+                    self.run,
+                    contention,
+                    race,
+                    &self.by_id,
+                    &self.balances,
+                    &self.stock,
+                );
+                Finding::new(name, problems)
+            })
+            .collect()
+    }
 }
 
 /// Sum of rows per key (a duplicated row counts twice: the negative-row
@@ -826,48 +896,7 @@ fn taken_over_before_return(
             ));
             continue;
         }
-        let victim = kill.instance.as_str();
-        let from = format!("the lease of {victim} expired");
-        let (mut taken, mut landed) = (0, 0);
-        for id in &kill.in_flight {
-            let Some(s) = by_id.get(id.as_str()) else {
-                problems.push(format!(
-                    "kill #{}: saga {id} is not in the store",
-                    kill.number
-                ));
-                continue;
-            };
-            let by_victim = |t: &&orchestrator::saga::Transition| t.by.as_deref() == Some(victim);
-            if let Some(t) = s
-                .history
-                .iter()
-                .filter(by_victim)
-                .find(|t| t.at_ms > kill.killed_at_ms && t.at_ms < kill.restarted_at_ms)
-            {
-                problems.push(format!(
-                    "kill #{} of {victim}: saga {id} has an entry by it while it was down ({:?} at {})",
-                    kill.number, t.detail, t.at_ms
-                ));
-            } else if s.history.iter().any(|t| {
-                t.detail.starts_with(TAKEN_OVER)
-                    && t.detail.contains(&from)
-                    && t.by.as_deref() != Some(victim)
-            }) {
-                taken += 1;
-            } else if s.status.is_terminal()
-                && s.history.last().is_some_and(|t| {
-                    t.by.as_deref() == Some(victim) && t.at_ms <= kill.killed_at_ms
-                })
-            {
-                landed += 1;
-            } else {
-                problems.push(format!(
-                    "kill #{} of {victim}: saga {id} was neither taken over from it nor finished by a write it sent before dying\n{}",
-                    kill.number,
-                    history(s)
-                ));
-            }
-        }
+        let (taken, landed) = victim_sagas(kill, by_id, &mut problems);
         if taken > 0 && taken + landed == kill.in_flight.len() {
             proven += 1;
         }
@@ -887,6 +916,60 @@ fn taken_over_before_return(
     (problems, all_taken, all_landed)
 }
 
+/// How the sagas `kill`'s victim held when it died went on (for
+/// [`taken_over_before_return`]): how many were taken over from it and how
+/// many finished by a write it sent before dying; anything else, or an
+/// entry it wrote while down, lands in `problems`.
+fn victim_sagas(
+    kill: &crate::services::OrchestratorKill,
+    by_id: &HashMap<&str, &Saga>,
+    problems: &mut Vec<String>,
+) -> (usize, usize) {
+    let victim = kill.instance.as_str();
+    let from = format!("the lease of {victim} expired");
+    let (mut taken, mut landed) = (0, 0);
+    for id in &kill.in_flight {
+        let Some(s) = by_id.get(id.as_str()) else {
+            problems.push(format!(
+                "kill #{}: saga {id} is not in the store",
+                kill.number
+            ));
+            continue;
+        };
+        let by_victim = |t: &&orchestrator::saga::Transition| t.by.as_deref() == Some(victim);
+        if let Some(t) = s
+            .history
+            .iter()
+            .filter(by_victim)
+            .find(|t| t.at_ms > kill.killed_at_ms && t.at_ms < kill.restarted_at_ms)
+        {
+            problems.push(format!(
+                "kill #{} of {victim}: saga {id} has an entry by it while it was down ({:?} at {})",
+                kill.number, t.detail, t.at_ms
+            ));
+        } else if s.history.iter().any(|t| {
+            t.detail.starts_with(TAKEN_OVER)
+                && t.detail.contains(&from)
+                && t.by.as_deref() != Some(victim)
+        }) {
+            taken += 1;
+        } else if s.status.is_terminal()
+            && s.history
+                .last()
+                .is_some_and(|t| t.by.as_deref() == Some(victim) && t.at_ms <= kill.killed_at_ms)
+        {
+            landed += 1;
+        } else {
+            problems.push(format!(
+                "kill #{} of {victim}: saga {id} was neither taken over from it nor finished by a write it sent before dying\n{}",
+                kill.number,
+                history(s)
+            ));
+        }
+    }
+    (taken, landed)
+}
+
 /// One race of the contention phase: exactly its winners COMPLETED, every
 /// other order CANCELLED with the race's business reason, and the contended
 /// stock or money left exactly as the winners leave it.
@@ -899,79 +982,42 @@ fn race_result(
     stock: &BTreeMap<String, i64>,
 ) -> (String, Vec<String>) {
     let plan = &contention.plan;
-    let by_request: HashMap<&str, &Accepted> = run
-        .orders
-        .values()
-        .map(|a| (a.spec.request_id.as_str(), a))
-        .collect();
     let sent = match race {
         Race::Stock => plan.stock_orders,
         Race::Money => plan.money_orders,
     };
     let want = plan.winners(race);
-    let mut problems = Vec::new();
-    let mut completed = 0;
-    let mut cancelled = 0;
-    for (rid, r) in contention.orders.iter().filter(|(_, r)| *r == race) {
-        let Some(s) = by_request
-            .get(rid.as_str())
-            .and_then(|a| by_id.get(a.saga_id.as_str()))
-        else {
-            problems.push(format!("{rid}: no saga"));
-            continue;
-        };
-        match s.status {
-            SagaStatus::Completed => completed += 1,
-            SagaStatus::Cancelled => {
-                cancelled += 1;
-                let reason = s.reason.as_deref().unwrap_or("");
-                if !reason.contains(r.reason()) {
-                    problems.push(format!(
-                        "{rid} saga {}: CANCELLED for {reason:?}, not {:?}",
-                        s.saga_id,
-                        r.reason()
-                    ));
-                }
-            }
-            other => problems.push(format!("{rid} saga {}: {}", s.saga_id, other.as_str())),
-        }
-    }
-    if contention.orders.iter().filter(|(_, r)| *r == race).count() != sent {
+    let RaceSagas {
+        completed,
+        cancelled,
+        mut problems,
+    } = RaceSagas::of(run, contention, race, by_id);
+    let accepted = contention.orders.iter().filter(|(_, r)| *r == race).count();
+    if accepted != sent {
         problems.push(format!(
-            "{} of {sent} orders of the race were accepted",
-            contention.orders.iter().filter(|(_, r)| *r == race).count()
+            "{accepted} of {sent} orders of the race were accepted"
         ));
     }
     if completed != want {
         problems.push(format!("{completed} COMPLETED, but exactly {want} can be"));
     }
+    let outcome = format!(
+        "{completed} COMPLETED (exactly {want} can be), {cancelled} CANCELLED with \"{}\"",
+        race.reason()
+    );
     let name = match race {
         Race::Stock => {
-            let left = stock.get(crate::contention::LAST_SKU).copied();
-            let expected = plan.stock_units - want as i64;
-            if left != Some(expected) {
-                problems.push(format!(
-                    "{} holds {left:?} units at the end, expected {expected}",
-                    crate::contention::LAST_SKU
-                ));
-            }
+            problems.extend(stock_left(plan, want, stock));
             format!(
-                "contention: {sent} orders across every instance for the last {} unit(s) of {}: {completed} COMPLETED (exactly {want} can be), {cancelled} CANCELLED with \"insufficient stock\"",
+                "contention: {sent} orders across every instance for the last {} unit(s) of {}: {outcome}",
                 plan.stock_units,
                 crate::contention::LAST_SKU
             )
         }
         Race::Money => {
-            let left = balances.get(crate::contention::LAST_CUSTOMER).copied();
-            let expected = plan.balance_cents - want as i64 * plan.price_cents;
-            if left != Some(expected) {
-                problems.push(format!(
-                    "{} holds {left:?} cents at the end, expected {expected}",
-                    crate::contention::LAST_CUSTOMER
-                ));
-            }
+            problems.extend(money_left(plan, want, balances));
             format!(
-                "contention: {sent} orders across every instance for the last {} cents of {} ({} each): {completed} COMPLETED (exactly {want} can be), {cancelled} CANCELLED with \"insufficient funds\"",
+                "contention: {sent} orders across every instance for the last {} cents of {} ({} each): {outcome}",
                 plan.balance_cents,
                 crate::contention::LAST_CUSTOMER,
                 plan.price_cents
@@ -979,6 +1025,96 @@ fn race_result(
         }
     };
     (name, problems)
+}
+
+/// How one race's accepted orders ended in the store.
+struct RaceSagas {
+    completed: usize,
+    cancelled: usize,
+    /// Orders without a saga, CANCELLED for another reason than the
+    /// race's, or neither COMPLETED nor CANCELLED.
+    problems: Vec<String>,
+}
+
+impl RaceSagas {
+    fn of(
+        run: &Manifest,
+        contention: &crate::manifest::Contention,
+        race: Race,
+        by_id: &HashMap<&str, &Saga>,
+    ) -> RaceSagas {
+        let by_request: HashMap<&str, &Accepted> = run
+            .orders
+            .values()
+            .map(|a| (a.spec.request_id.as_str(), a))
+            .collect();
+        let mut out = RaceSagas {
+            completed: 0,
+            cancelled: 0,
+            problems: Vec::new(),
+        };
+        for (rid, r) in contention.orders.iter().filter(|(_, r)| *r == race) {
+            let Some(s) = by_request
+                .get(rid.as_str())
+                .and_then(|a| by_id.get(a.saga_id.as_str()))
+            else {
+                out.problems.push(format!("{rid}: no saga"));
+                continue;
+            };
+            match s.status {
+                SagaStatus::Completed => out.completed += 1,
+                SagaStatus::Cancelled => {
+                    out.cancelled += 1;
+                    let reason = s.reason.as_deref().unwrap_or("");
+                    if !reason.contains(r.reason()) {
+                        out.problems.push(format!(
+                            "{rid} saga {}: CANCELLED for {reason:?}, not {:?}",
+                            s.saga_id,
+                            r.reason()
+                        ));
+                    }
+                }
+                other => out
+                    .problems
+                    .push(format!("{rid} saga {}: {}", s.saga_id, other.as_str())),
+            }
+        }
+        out
+    }
+}
+
+/// The stock race's product left with anything but its units less the
+/// winners'.
+fn stock_left(
+    plan: &crate::contention::Plan,
+    want: usize,
+    stock: &BTreeMap<String, i64>,
+) -> Option<String> {
+    let left = stock.get(crate::contention::LAST_SKU).copied();
+    let expected = plan.stock_units - want as i64;
+    (left != Some(expected)).then(|| {
+        format!(
+            "{} holds {left:?} units at the end, expected {expected}",
+            crate::contention::LAST_SKU
+        )
+    })
+}
+
+/// The money race's customer left with anything but its balance less the
+/// winners' payments.
+fn money_left(
+    plan: &crate::contention::Plan,
+    want: usize,
+    balances: &BTreeMap<String, i64>,
+) -> Option<String> {
+    let left = balances.get(crate::contention::LAST_CUSTOMER).copied();
+    let expected = plan.balance_cents - want as i64 * plan.price_cents;
+    (left != Some(expected)).then(|| {
+        format!(
+            "{} holds {left:?} cents at the end, expected {expected}",
+            crate::contention::LAST_CUSTOMER
+        )
+    })
 }
 
 /// A saga's steps in one line.

@@ -13,6 +13,7 @@
 //! every other check (money, stock, effects, histories) covers them too.
 
 use crate::drive::{Accepted, Drive, Initial, OrderSpec};
+use saga_proto::saga::v1::CreateOrderResponse;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
 use serde::{Deserialize, Serialize};
@@ -171,64 +172,25 @@ pub async fn run(plan: &Plan, seed: u64, channels: &[Channel], limit: Duration) 
     let drive = Arc::new(Drive::default());
     let orders = plan.orders(seed);
     let gate = Arc::new(tokio::sync::Barrier::new(orders.len()));
-    let n = channels.len();
     let mut tasks = Vec::new();
     for (j, (spec, race)) in orders.into_iter().enumerate() {
-        let (drive, gate, channels) = (drive.clone(), gate.clone(), channels.to_vec());
-        tasks.push(tokio::spawn(async move {
-            let mut first: Vec<_> = channels
-                .iter()
-                .cloned()
-                .map(OrderServiceClient::new)
-                .collect();
-            let mut second = first.clone();
-            let twice = j % 4 == 0;
-            gate.wait().await;
-            let (a, b) = tokio::join!(drive.create(&mut first, j % n, &spec, deadline), async {
-                if twice {
-                    drive.create(&mut second, (j + 1) % n, &spec, deadline).await
-                } else {
-                    None
-                }
-            });
-            let mut problem = None;
-            if let (Some((a, ai)), Some((b, bi))) = (&a, &b)
-                && (a.saga_id != b.saga_id || (a.created && b.created))
-            {
-                problem = Some(format!(
-                    "{}: instance {} answered saga {} (created={}), instance {} saga {} (created={})",
-                    spec.request_id,
-                    ai + 1,
-                    a.saga_id,
-                    a.created,
-                    bi + 1,
-                    b.saga_id,
-                    b.created
-                ));
-            }
-            let accepted = a.map(|(reply, instance)| Accepted {
-                spec,
-                saga_id: reply.saga_id,
-                instance,
-            });
-            if let Some(acc) = &accepted {
-                let mut sagas: Vec<_> = channels.into_iter().map(SagaServiceClient::new).collect();
-                drive
-                    .await_terminal(&mut sagas, acc.instance, &acc.saga_id, deadline)
-                    .await;
-            }
-            (accepted, race, twice, problem)
-        }));
+        let racer = Racer {
+            drive: drive.clone(),
+            gate: gate.clone(),
+            channels: channels.to_vec(),
+            deadline,
+        };
+        tasks.push(tokio::spawn(racer.race(j, spec, race)));
     }
     let mut phase = Phase::default();
     for task in tasks {
         match task.await {
-            Ok((accepted, race, twice, problem)) => {
-                if let Some(a) = accepted {
-                    phase.orders.push((a, race));
+            Ok(sent) => {
+                if let Some(a) = sent.accepted {
+                    phase.orders.push((a, sent.race));
                 }
-                phase.concurrent_duplicates += usize::from(twice);
-                phase.duplicate_problems.extend(problem);
+                phase.concurrent_duplicates += usize::from(sent.twice);
+                phase.duplicate_problems.extend(sent.problem);
             }
             Err(e) => phase
                 .problems
@@ -249,6 +211,98 @@ pub async fn run(plan: &Plan, seed: u64, channels: &[Channel], limit: Duration) 
     }
     phase.secs = started.elapsed().as_secs_f64();
     phase
+}
+
+/// What one contention task needs: the shared drive, the gate that lets
+/// every order go at once, the instances, and when to give up.
+struct Racer {
+    drive: Arc<Drive>,
+    gate: Arc<tokio::sync::Barrier>,
+    channels: Vec<Channel>,
+    deadline: Instant,
+}
+
+/// How one order of a race went.
+struct Sent {
+    accepted: Option<Accepted>,
+    race: Race,
+    /// Whether it was also sent to a second instance.
+    twice: bool,
+    /// The two answers disagreed (see [`duplicate_problem`]).
+    problem: Option<String>,
+}
+
+impl Racer {
+    /// Sends order `j` once every order is ready (to a second instance at
+    /// the same moment when `j % 4 == 0`), then waits until its saga is
+    /// terminal.
+    async fn race(self, j: usize, spec: OrderSpec, race: Race) -> Sent {
+        let Racer {
+            drive,
+            gate,
+            channels,
+            deadline,
+        } = self;
+        let n = channels.len();
+        let mut first: Vec<_> = channels
+            .iter()
+            .cloned()
+            .map(OrderServiceClient::new)
+            .collect();
+        let mut second = first.clone();
+        let twice = j.is_multiple_of(4);
+        gate.wait().await;
+        let (a, b) = tokio::join!(drive.create(&mut first, j % n, &spec, deadline), async {
+            if twice {
+                drive
+                    .create(&mut second, (j + 1) % n, &spec, deadline)
+                    .await
+            } else {
+                None
+            }
+        });
+        let problem = duplicate_problem(&spec, &a, &b);
+        let accepted = a.map(|(reply, instance)| Accepted {
+            spec,
+            saga_id: reply.saga_id,
+            instance,
+        });
+        if let Some(acc) = &accepted {
+            let mut sagas: Vec<_> = channels.into_iter().map(SagaServiceClient::new).collect();
+            drive
+                .await_terminal(&mut sagas, acc.instance, &acc.saga_id, deadline)
+                .await;
+        }
+        Sent {
+            accepted,
+            race,
+            twice,
+            problem,
+        }
+    }
+}
+
+/// An answer (and the instance that gave it) to a CreateOrder.
+type Answer = Option<(CreateOrderResponse, usize)>;
+
+/// When one order was sent to two instances and both answered: what is
+/// wrong if the answers name two sagas, or both claim to have created it.
+fn duplicate_problem(spec: &OrderSpec, a: &Answer, b: &Answer) -> Option<String> {
+    let (Some((a, ai)), Some((b, bi))) = (a, b) else {
+        return None;
+    };
+    (a.saga_id != b.saga_id || (a.created && b.created)).then(|| {
+        format!(
+            "{}: instance {} answered saga {} (created={}), instance {} saga {} (created={})",
+            spec.request_id,
+            ai + 1,
+            a.saga_id,
+            a.created,
+            bi + 1,
+            b.saga_id,
+            b.created
+        )
+    })
 }
 
 #[cfg(test)]

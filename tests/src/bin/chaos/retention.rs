@@ -29,7 +29,7 @@ use crate::cluster::{self, Proc, Role, free_addr};
 use crate::services::START_LIMIT;
 use crate::snapshot::Snapshot;
 use crate::storage::Storage;
-use orchestrator::saga::SagaStatus;
+use orchestrator::saga::{Saga, SagaStatus};
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as pb;
@@ -202,6 +202,8 @@ pub async fn run(
     outcome
 }
 
+/// Starts the trio, sends the pass's orders and judges what expired and
+/// what stayed.
 async fn drive_and_watch(
     args: &Args,
     trio: &mut Trio,
@@ -217,102 +219,191 @@ async fn drive_and_watch(
     ] {
         p.start(START_LIMIT).await?;
     }
-    let timeout = Duration::from_secs(30);
-    let mut pay = payment::payment_service_client::PaymentServiceClient::new(cluster::channel(
-        trio.payment.addr,
-        timeout,
-    ));
-    let mut inv = inventory::inventory_service_client::InventoryServiceClient::new(
-        cluster::channel(trio.inventory.addr, timeout),
-    );
-    let mut orders = pb::order_service_client::OrderServiceClient::new(cluster::channel(
-        trio.orchestrator.addr,
-        timeout,
-    ));
-    let mut sagas = pb::saga_service_client::SagaServiceClient::new(cluster::channel(
-        trio.orchestrator.addr,
-        timeout,
-    ));
-    let customer = "retention-customer";
-    let product = "retention-sku";
-    pay.deposit(payment::DepositRequest {
-        request_id: "retention-deposit".into(),
-        customer_id: customer.into(),
-        amount_cents: 1_000_000,
-    })
-    .await
-    .map_err(|e| format!("deposit: {e}"))?;
-    inv.add_stock(inventory::AddStockRequest {
-        request_id: "retention-stock".into(),
-        product_id: product.into(),
-        quantity: 1_000,
-    })
-    .await
-    .map_err(|e| format!("add stock: {e}"))?;
-    let order = |id: String| pb::CreateOrderRequest {
+    let mut clients = Clients::connect(trio);
+    clients.fund().await?;
+    let live = clients.failed_orders(&mut trio.payment).await?;
+    let expiring = clients.completed_orders().await?;
+    let soak_ops = op_keys(before);
+    let new_ops = new_records(storage, &soak_ops, checks).await?;
+    let watch = Watch {
+        before,
+        soak_finished: before
+            .sagas
+            .iter()
+            .filter(|s| finished(s))
+            .map(|s| s.saga_id.as_str())
+            .collect(),
+        soak_failed: before.sagas.iter().filter(|s| !finished(s)).collect(),
+        soak_ops,
+        new_ops,
+        expiring,
+        live,
+        embedded: args.backend == Backend::Embedded,
+    };
+    let expiry = watch.wait_for_expiry(storage, keep).await?;
+    watch.check_gone(checks, &expiry, keep);
+    watch.check_untouched(checks, &expiry.last);
+    Ok(())
+}
+
+/// The customer every order of the pass is paid by.
+const CUSTOMER: &str = "retention-customer";
+/// The product every order of the pass buys.
+const PRODUCT: &str = "retention-sku";
+
+/// The pass's gRPC clients of the trio.
+struct Clients {
+    pay: payment::payment_service_client::PaymentServiceClient<tonic::transport::Channel>,
+    inv: inventory::inventory_service_client::InventoryServiceClient<tonic::transport::Channel>,
+    orders: pb::order_service_client::OrderServiceClient<tonic::transport::Channel>,
+    sagas: pb::saga_service_client::SagaServiceClient<tonic::transport::Channel>,
+}
+
+impl Clients {
+    fn connect(trio: &Trio) -> Clients {
+        let timeout = Duration::from_secs(30);
+        Clients {
+            pay: payment::payment_service_client::PaymentServiceClient::new(cluster::channel(
+                trio.payment.addr,
+                timeout,
+            )),
+            inv: inventory::inventory_service_client::InventoryServiceClient::new(
+                cluster::channel(trio.inventory.addr, timeout),
+            ),
+            orders: pb::order_service_client::OrderServiceClient::new(cluster::channel(
+                trio.orchestrator.addr,
+                timeout,
+            )),
+            sagas: pb::saga_service_client::SagaServiceClient::new(cluster::channel(
+                trio.orchestrator.addr,
+                timeout,
+            )),
+        }
+    }
+
+    /// Money and stock for every order of the pass.
+    async fn fund(&mut self) -> Result<(), String> {
+        self.pay
+            .deposit(payment::DepositRequest {
+                request_id: "retention-deposit".into(),
+                customer_id: CUSTOMER.into(),
+                amount_cents: 1_000_000,
+            })
+            .await
+            .map_err(|e| format!("deposit: {e}"))?;
+        self.inv
+            .add_stock(inventory::AddStockRequest {
+                request_id: "retention-stock".into(),
+                product_id: PRODUCT.into(),
+                quantity: 1_000,
+            })
+            .await
+            .map_err(|e| format!("add stock: {e}"))?;
+        Ok(())
+    }
+
+    /// The live sagas: orders sent while payment-svc is down, so that with
+    /// one attempt per step they end FAILED. Returns their ids once all are
+    /// FAILED, with payment-svc started again.
+    async fn failed_orders(&mut self, payment: &mut Proc) -> Result<Vec<String>, String> {
+        payment.terminate(Duration::from_secs(10)).await?;
+        let mut live = Vec::new();
+        for i in 0..LIVE_ORDERS {
+            let saga = self
+                .orders
+                .create_order(order(format!("retention-live-{i}")))
+                .await
+                .map_err(|e| format!("create live order: {e}"))?
+                .into_inner()
+                .saga_id;
+            live.push(saga);
+        }
+        self.await_failed(&live).await?;
+        payment.start(START_LIMIT).await?;
+        Ok(live)
+    }
+
+    /// Waits (60 s at most, from now) until every saga of `live` is FAILED.
+    async fn await_failed(&mut self, live: &[String]) -> Result<(), String> {
+        let limit = Instant::now() + Duration::from_secs(60);
+        for id in live {
+            loop {
+                let s = get(&mut self.sagas, id).await?;
+                if s.status() == pb::SagaStatus::Failed {
+                    break;
+                }
+                if Instant::now() > limit {
+                    return Err(format!(
+                        "live saga {id} did not end FAILED: {:?}",
+                        s.status()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The expiring sagas: orders that complete, then must go with their
+    /// records.
+    async fn completed_orders(&mut self) -> Result<HashSet<String>, String> {
+        let mut expiring = HashSet::new();
+        for i in 0..EXPIRING_ORDERS {
+            let answer = self
+                .orders
+                .create_order(order(format!("retention-done-{i}")))
+                .await
+                .map_err(|e| format!("create order: {e}"))?
+                .into_inner();
+            expiring.insert(answer.saga_id);
+        }
+        Ok(expiring)
+    }
+}
+
+/// One order of the pass (one unit of [`PRODUCT`] for [`CUSTOMER`]),
+/// answered once its saga is terminal.
+fn order(id: String) -> pb::CreateOrderRequest {
+    pb::CreateOrderRequest {
         request_id: id,
-        customer_id: customer.into(),
+        customer_id: CUSTOMER.into(),
         items: vec![pb::OrderItem {
-            product_id: product.into(),
+            product_id: PRODUCT.into(),
             quantity: 1,
             unit_price_cents: 100,
         }],
         wait: true,
-    };
+    }
+}
 
-    // Live: payment-svc down, one attempt per step → FAILED.
-    trio.payment.terminate(Duration::from_secs(10)).await?;
-    let mut live = Vec::new();
-    for i in 0..LIVE_ORDERS {
-        let saga = orders
-            .create_order(order(format!("retention-live-{i}")))
-            .await
-            .map_err(|e| format!("create live order: {e}"))?
-            .into_inner()
-            .saga_id;
-        live.push(saga);
-    }
-    let limit = Instant::now() + Duration::from_secs(60);
-    for id in &live {
-        loop {
-            let s = get(&mut sagas, id).await?;
-            if s.status() == pb::SagaStatus::Failed {
-                break;
-            }
-            if Instant::now() > limit {
-                return Err(format!(
-                    "live saga {id} did not end FAILED: {:?}",
-                    s.status()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    trio.payment.start(START_LIMIT).await?;
+/// A participant record's key: (request id, kind).
+type OpKey = (String, String);
 
-    // Expiring: orders that complete, then must go with their records.
-    let mut expiring = HashSet::new();
-    for i in 0..EXPIRING_ORDERS {
-        let answer = orders
-            .create_order(order(format!("retention-done-{i}")))
-            .await
-            .map_err(|e| format!("create order: {e}"))?
-            .into_inner();
-        expiring.insert(answer.saga_id);
-    }
-    // Their participant records: everything written since the audit.
-    let soak_ops: HashSet<(String, String)> = before
-        .payment_ops
+/// The keys of every participant record of `snap`, both participants.
+fn op_keys(snap: &Snapshot) -> HashSet<OpKey> {
+    snap.payment_ops
         .iter()
-        .chain(&before.inventory_ops)
+        .chain(&snap.inventory_ops)
         .map(|o| (o.request_id.clone(), o.kind.clone()))
-        .collect();
+        .collect()
+}
+
+/// Whether a saga is finished (COMPLETED or CANCELLED): what the saga
+/// retention removes.
+fn finished(s: &Saga) -> bool {
+    matches!(s.status, SagaStatus::Completed | SagaStatus::Cancelled)
+}
+
+/// The participant records written since the audit (the pass's orders'),
+/// checked to exist: without them there would be nothing new to expire.
+async fn new_records(
+    storage: &Storage,
+    soak_ops: &HashSet<OpKey>,
+    checks: &mut Checks,
+) -> Result<HashSet<OpKey>, String> {
     let now = storage.snapshot().await?;
-    let new_ops: HashSet<(String, String)> = now
-        .payment_ops
-        .iter()
-        .chain(&now.inventory_ops)
-        .map(|o| (o.request_id.clone(), o.kind.clone()))
+    let new_ops: HashSet<OpKey> = op_keys(&now)
+        .into_iter()
         .filter(|k| !soak_ops.contains(k))
         .collect();
     checks.check(
@@ -320,149 +411,210 @@ async fn drive_and_watch(
         "retention pass: the new orders left participant records to expire",
         &format!("{} records", new_ops.len()),
     );
+    Ok(new_ops)
+}
 
-    let soak_finished: HashSet<&str> = before
-        .sagas
-        .iter()
-        .filter(|s| matches!(s.status, SagaStatus::Completed | SagaStatus::Cancelled))
-        .map(|s| s.saga_id.as_str())
-        .collect();
-    let soak_failed: Vec<_> = before
-        .sagas
-        .iter()
-        .filter(|s| !matches!(s.status, SagaStatus::Completed | SagaStatus::Cancelled))
-        .collect();
-    let embedded = args.backend == Backend::Embedded;
-    // The retention plus the purge interval; MongoDB's TTL monitor runs
-    // every 60 s on mongod (1 s on the test server the soak starts).
-    let ttl_monitor = if embedded { 1 } else { 60 };
-    let deadline = keep + Duration::from_secs(30 + ttl_monitor);
-    let started = Instant::now();
-    let (last, remaining) = loop {
-        let snap = storage.snapshot().await?;
+/// What the pass expects to expire and what it must leave alone.
+struct Watch<'a> {
+    /// The stores as the audit read them.
+    before: &'a Snapshot,
+    /// The soak's COMPLETED or CANCELLED sagas: to expire.
+    soak_finished: HashSet<&'a str>,
+    /// The soak's other sagas: to stay as they were.
+    soak_failed: Vec<&'a Saga>,
+    /// The soak's participant records: to expire on the embedded stores,
+    /// to stay on MongoDB (dated 7 days when written).
+    soak_ops: HashSet<OpKey>,
+    /// The pass's participant records: to expire.
+    new_ops: HashSet<OpKey>,
+    /// The pass's completed sagas: to expire.
+    expiring: HashSet<String>,
+    /// The pass's FAILED sagas: to stay.
+    live: Vec<String>,
+    embedded: bool,
+}
+
+/// How the wait for expiry ended.
+struct Expiry {
+    /// The stores when it ended.
+    last: Snapshot,
+    /// What was still there (empty: everything went).
+    remaining: Vec<String>,
+    /// Seconds it took.
+    took: f64,
+}
+
+impl Watch<'_> {
+    /// Reads the stores every 500 ms until everything due has expired, or
+    /// the retention plus the purge interval (and a margin) has passed.
+    async fn wait_for_expiry(&self, storage: &Storage, keep: Duration) -> Result<Expiry, String> {
+        // The retention plus the purge interval; MongoDB's TTL monitor runs
+        // every 60 s on mongod (1 s on the test server the soak starts).
+        let ttl_monitor = if self.embedded { 1 } else { 60 };
+        let deadline = keep + Duration::from_secs(30 + ttl_monitor);
+        let started = Instant::now();
+        let (last, remaining) = loop {
+            let snap = storage.snapshot().await?;
+            let remaining = self.still_there(&snap);
+            if remaining.is_empty() || started.elapsed() > deadline {
+                break (snap, remaining);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        Ok(Expiry {
+            last,
+            remaining,
+            took: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// What `snap` still holds of what must expire, counted per kind.
+    fn still_there(&self, snap: &Snapshot) -> Vec<String> {
         let ids: HashSet<&str> = snap.sagas.iter().map(|s| s.saga_id.as_str()).collect();
-        let ops: HashSet<(String, String)> = snap
-            .payment_ops
-            .iter()
-            .chain(&snap.inventory_ops)
-            .map(|o| (o.request_id.clone(), o.kind.clone()))
-            .collect();
+        let ops = op_keys(snap);
         let mut remaining = Vec::new();
-        let finished_left = soak_finished.iter().filter(|id| ids.contains(*id)).count();
+        let finished_left = self
+            .soak_finished
+            .iter()
+            .filter(|id| ids.contains(*id))
+            .count();
         if finished_left > 0 {
             remaining.push(format!("{finished_left} finished sagas of the soak"));
         }
-        let new_left = expiring
+        let new_left = self
+            .expiring
             .iter()
             .filter(|id| ids.contains(id.as_str()))
             .count();
         if new_left > 0 {
             remaining.push(format!("{new_left} finished sagas of this pass"));
         }
-        let new_ops_left = new_ops.iter().filter(|k| ops.contains(*k)).count();
+        let new_ops_left = self.new_ops.iter().filter(|k| ops.contains(*k)).count();
         if new_ops_left > 0 {
             remaining.push(format!("{new_ops_left} participant records of this pass"));
         }
-        if embedded {
-            let soak_left = soak_ops.iter().filter(|k| ops.contains(*k)).count()
+        if self.embedded {
+            let soak_left = self.soak_ops.iter().filter(|k| ops.contains(*k)).count()
                 + snap
                     .deduct_lines
                     .keys()
-                    .filter(|r| before.deduct_lines.contains_key(*r))
+                    .filter(|r| self.before.deduct_lines.contains_key(*r))
                     .count();
             if soak_left > 0 {
                 remaining.push(format!("{soak_left} participant records of the soak"));
             }
         }
-        if remaining.is_empty() || started.elapsed() > deadline {
-            break (snap, remaining);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    let took = started.elapsed().as_secs_f64();
-    checks.check(
-        remaining.is_empty(),
-        "retention pass: every finished saga and every expired participant record is gone",
-        &if remaining.is_empty() {
-            format!(
-                "{} soak sagas, {} new sagas, {} new records{} in {took:.1} s (history retention {:.1} s)",
-                soak_finished.len(),
-                expiring.len(),
-                new_ops.len(),
-                if embedded {
-                    format!(", {} soak records", soak_ops.len())
-                } else {
-                    String::new()
-                },
-                keep.as_secs_f64()
-            )
-        } else {
-            format!("still there after {took:.1} s: {}", remaining.join(", "))
-        },
-    );
+        remaining
+    }
 
-    // Nothing live was touched.
-    let mut problems = Vec::new();
-    for s in &soak_failed {
-        match last.sagas.iter().find(|x| x.saga_id == s.saga_id) {
-            Some(x) if x.version == s.version && x.status == s.status => {}
-            Some(x) => problems.push(format!(
-                "soak saga {} changed: {:?} v{}",
-                s.saga_id, x.status, x.version
-            )),
-            None => problems.push(format!(
-                "soak saga {} ({:?}) was deleted",
-                s.saga_id, s.status
-            )),
-        }
+    /// The check that everything due expired.
+    fn check_gone(&self, checks: &mut Checks, expiry: &Expiry, keep: Duration) {
+        let Expiry {
+            remaining, took, ..
+        } = expiry;
+        checks.check(
+            remaining.is_empty(),
+            "retention pass: every finished saga and every expired participant record is gone",
+            &if remaining.is_empty() {
+                format!(
+                    "{} soak sagas, {} new sagas, {} new records{} in {took:.1} s (history retention {:.1} s)",
+                    self.soak_finished.len(),
+                    self.expiring.len(),
+                    self.new_ops.len(),
+                    if self.embedded {
+                        format!(", {} soak records", self.soak_ops.len())
+                    } else {
+                        String::new()
+                    },
+                    keep.as_secs_f64()
+                )
+            } else {
+                format!("still there after {took:.1} s: {}", remaining.join(", "))
+            },
+        );
     }
-    for id in &live {
-        match last.sagas.iter().find(|x| &x.saga_id == id) {
-            Some(x) if x.status == SagaStatus::Failed => {}
-            Some(x) => problems.push(format!("FAILED saga {id} is now {:?}", x.status)),
-            None => problems.push(format!("FAILED saga {id} was deleted")),
-        }
+
+    /// The check that nothing live was touched: FAILED sagas, accounts,
+    /// products (and on MongoDB the soak's records) as they were.
+    fn check_untouched(&self, checks: &mut Checks, last: &Snapshot) {
+        let mut problems = self.changed_sagas(last);
+        problems.extend(self.changed_rows(last));
+        checks.check(
+            problems.is_empty(),
+            "retention pass: FAILED sagas, accounts, products (and on MongoDB the soak's records, dated 7 days) untouched",
+            &if problems.is_empty() {
+                format!(
+                    "{} soak sagas not finished, {} FAILED of this pass, {} accounts, {} products",
+                    self.soak_failed.len(),
+                    self.live.len(),
+                    self.before.balances.len(),
+                    self.before.stock.len()
+                )
+            } else {
+                problems.join("; ")
+            },
+        );
     }
-    let unchanged =
-        |label: &str, was: &[(String, i64)], now: &[(String, i64)], problems: &mut Vec<String>| {
+
+    /// The soak's unfinished sagas and the pass's FAILED ones that changed
+    /// or went.
+    fn changed_sagas(&self, last: &Snapshot) -> Vec<String> {
+        let mut problems = Vec::new();
+        for s in &self.soak_failed {
+            match last.sagas.iter().find(|x| x.saga_id == s.saga_id) {
+                Some(x) if x.version == s.version && x.status == s.status => {}
+                Some(x) => problems.push(format!(
+                    "soak saga {} changed: {:?} v{}",
+                    s.saga_id, x.status, x.version
+                )),
+                None => problems.push(format!(
+                    "soak saga {} ({:?}) was deleted",
+                    s.saga_id, s.status
+                )),
+            }
+        }
+        for id in &self.live {
+            match last.sagas.iter().find(|x| &x.saga_id == id) {
+                Some(x) if x.status == SagaStatus::Failed => {}
+                Some(x) => problems.push(format!("FAILED saga {id} is now {:?}", x.status)),
+                None => problems.push(format!("FAILED saga {id} was deleted")),
+            }
+        }
+        problems
+    }
+
+    /// Accounts and products that changed or went, and on MongoDB the
+    /// soak's participant records that went.
+    fn changed_rows(&self, last: &Snapshot) -> Vec<String> {
+        let mut problems = Vec::new();
+        let unchanged = |label: &str,
+                         was: &[(String, i64)],
+                         now: &[(String, i64)],
+                         problems: &mut Vec<String>| {
             for row in was {
                 if !now.contains(row) {
                     problems.push(format!("{label} {} changed or deleted", row.0));
                 }
             }
         };
-    unchanged("account", &before.balances, &last.balances, &mut problems);
-    unchanged("product", &before.stock, &last.stock, &mut problems);
-    if !embedded {
-        let ops: HashSet<(String, String)> = last
-            .payment_ops
-            .iter()
-            .chain(&last.inventory_ops)
-            .map(|o| (o.request_id.clone(), o.kind.clone()))
-            .collect();
-        let gone = soak_ops.iter().filter(|k| !ops.contains(*k)).count();
-        if gone > 0 {
-            problems.push(format!(
-                "{gone} soak records written with a 7-day expiry were deleted"
-            ));
+        unchanged(
+            "account",
+            &self.before.balances,
+            &last.balances,
+            &mut problems,
+        );
+        unchanged("product", &self.before.stock, &last.stock, &mut problems);
+        if !self.embedded {
+            let ops = op_keys(last);
+            let gone = self.soak_ops.iter().filter(|k| !ops.contains(*k)).count();
+            if gone > 0 {
+                problems.push(format!(
+                    "{gone} soak records written with a 7-day expiry were deleted"
+                ));
+            }
         }
+        problems
     }
-    checks.check(
-        problems.is_empty(),
-        "retention pass: FAILED sagas, accounts, products (and on MongoDB the soak's records, dated 7 days) untouched",
-        &if problems.is_empty() {
-            format!(
-                "{} soak sagas not finished, {} FAILED of this pass, {} accounts, {} products",
-                soak_failed.len(),
-                live.len(),
-                before.balances.len(),
-                before.stock.len()
-            )
-        } else {
-            problems.join("; ")
-        },
-    );
-    Ok(())
 }
 
 async fn get(

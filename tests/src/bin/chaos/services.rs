@@ -291,13 +291,7 @@ impl Services {
         tally: &mut Tally,
     ) -> Result<(), String> {
         let ttl = Duration::from_millis(self.timing.lease_ttl_ms);
-        match self.orchestrators[i].metrics {
-            Some(addr) => match scrape::read(addr).await {
-                Some(c) => self.earlier[i] = self.earlier[i].plus(c),
-                None => tally.counter_reads_missed += 1,
-            },
-            None => tally.counter_reads_missed += 1,
-        }
+        self.bank_counters(i, tally).await;
         let p = &mut self.orchestrators[i];
         let instance = instance_id(p.name());
         if let Err(e) = p.kill9() {
@@ -310,12 +304,7 @@ impl Services {
         let number = tally.orchestrator_kills;
         tokio::time::sleep(self.timing.drain_after_kill).await;
         let p = &mut self.orchestrators[i];
-        let in_flight = storage.leased_to(&instance).await.unwrap_or_else(|e| {
-            tally
-                .event_problems
-                .push(format!("reading the sagas leased to {instance}: {e}"));
-            Vec::new()
-        });
+        let in_flight = leased_to(storage, &instance, tally).await;
         let waits = await_takeover && !in_flight.is_empty();
         println!(
             "chaos: {progress} SIGKILLed {} (kill #{number}, planned at {at}) holding {} saga lease(s); {}",
@@ -330,48 +319,19 @@ impl Services {
                 format!("restarting in {} ms", pause.as_millis())
             }
         );
-        let mut taken_over = in_flight.is_empty();
-        if waits {
-            let limit = ttl + Duration::from_secs(20);
-            loop {
-                match storage.leased_to(&instance).await {
-                    Ok(left) if left.is_empty() => {
-                        taken_over = true;
-                        break;
-                    }
-                    Ok(_) | Err(_) if killed_at.elapsed() >= limit => {
-                        tally.event_problems.push(format!(
-                            "{instance}'s sagas were not all taken over within {} ms of its SIGKILL",
-                            limit.as_millis()
-                        ));
-                        break;
-                    }
-                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
+        let taken_over = if waits {
+            await_takeover_of(storage, &instance, killed_at, ttl, tally).await
         } else {
             tokio::time::sleep(pause).await;
-            taken_over = taken_over
-                || storage
-                    .leased_to(&instance)
-                    .await
-                    .is_ok_and(|left| left.is_empty());
-        }
+            in_flight.is_empty() || nothing_leased_to(storage, &instance).await
+        };
         let down_ms = killed_at.elapsed().as_millis() as u64;
-        let restarted = Instant::now();
-        let restarted_at_ms = service_kit::time::now_ms();
-        p.start(START_LIMIT).await?;
-        println!(
-            "chaos: {} back after {down_ms} ms down (pid {}, ready after {} ms){}",
-            p.name(),
-            p.pid().unwrap_or(0),
-            restarted.elapsed().as_millis(),
-            if waits && taken_over {
-                format!("; its {} saga(s) had been taken over", in_flight.len())
-            } else {
-                String::new()
-            }
-        );
+        let taken_over_note = if waits && taken_over {
+            format!("; its {} saga(s) had been taken over", in_flight.len())
+        } else {
+            String::new()
+        };
+        let restarted_at_ms = restart_after_kill(p, down_ms, &taken_over_note).await?;
         tally.orchestrator_kill_log.push(OrchestratorKill {
             number,
             instance,
@@ -383,6 +343,18 @@ impl Services {
             restarted_at_ms,
         });
         Ok(())
+    }
+
+    /// Adds orchestrator `i`'s counters to those of its earlier lives, before
+    /// a SIGKILL loses them (a failed reading is counted in `tally`).
+    async fn bank_counters(&mut self, i: usize, tally: &mut Tally) {
+        match self.orchestrators[i].metrics {
+            Some(addr) => match scrape::read(addr).await {
+                Some(c) => self.earlier[i] = self.earlier[i].plus(c),
+                None => tally.counter_reads_missed += 1,
+            },
+            None => tally.counter_reads_missed += 1,
+        }
     }
 
     /// Both participants' fault counters over all their lives, into `tally`.
@@ -455,6 +427,66 @@ pub fn instance_name(instances: u32, i: usize) -> String {
 /// The `--instance-id` of the instance called `name`.
 pub fn instance_id(name: &str) -> String {
     format!("chaos-{name}")
+}
+
+/// The sagas leased to `instance` (a SIGKILLed victim) in the store; a
+/// failed read is an event problem and counts as none.
+async fn leased_to(storage: &Storage, instance: &str, tally: &mut Tally) -> Vec<String> {
+    storage.leased_to(instance).await.unwrap_or_else(|e| {
+        tally
+            .event_problems
+            .push(format!("reading the sagas leased to {instance}: {e}"));
+        Vec::new()
+    })
+}
+
+/// Whether the store (read successfully) leases no saga to `instance`.
+async fn nothing_leased_to(storage: &Storage, instance: &str) -> bool {
+    storage
+        .leased_to(instance)
+        .await
+        .is_ok_and(|left| left.is_empty())
+}
+
+/// Polls the store until no saga is leased to `instance` any more (the
+/// other instances took them over); gives up, recording an event problem,
+/// `ttl` + 20 s after the SIGKILL. Returns whether they were taken over.
+async fn await_takeover_of(
+    storage: &Storage,
+    instance: &str,
+    killed_at: Instant,
+    ttl: Duration,
+    tally: &mut Tally,
+) -> bool {
+    let limit = ttl + Duration::from_secs(20);
+    loop {
+        match storage.leased_to(instance).await {
+            Ok(left) if left.is_empty() => return true,
+            Ok(_) | Err(_) if killed_at.elapsed() >= limit => {
+                tally.event_problems.push(format!(
+                    "{instance}'s sagas were not all taken over within {} ms of its SIGKILL",
+                    limit.as_millis()
+                ));
+                return false;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Starts a SIGKILLed orchestrator again and says so (`note` ends the
+/// line); returns when it was started, ms since the epoch.
+async fn restart_after_kill(p: &mut Proc, down_ms: u64, note: &str) -> Result<i64, String> {
+    let restarted = Instant::now();
+    let restarted_at_ms = service_kit::time::now_ms();
+    p.start(START_LIMIT).await?;
+    println!(
+        "chaos: {} back after {down_ms} ms down (pid {}, ready after {} ms){note}",
+        p.name(),
+        p.pid().unwrap_or(0),
+        restarted.elapsed().as_millis(),
+    );
+    Ok(restarted_at_ms)
 }
 
 /// How long a participant call and a lease last, per store: the embedded

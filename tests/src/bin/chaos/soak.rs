@@ -104,20 +104,11 @@ pub async fn run(
     let run = Manifest {
         seed,
         backend: format!("{:?}", args.backend).to_lowercase(),
-        instances: (0..args.orchestrators as usize)
-            .map(|i| instance_id(&instance_name(args.orchestrators, i)))
-            .collect(),
+        instances: instance_ids(args),
         stores: storage.stores().clone(),
         initial,
         orders: orders.clone(),
-        contention: plan.map(|plan| manifest::Contention {
-            orders: phase
-                .iter()
-                .flat_map(|p| &p.orders)
-                .map(|(a, race)| (a.spec.request_id.clone(), *race))
-                .collect(),
-            plan,
-        }),
+        contention: contention_manifest(plan, phase.as_ref()),
         kills: tally.orchestrator_kill_log.clone(),
         counters: tally.counters,
     };
@@ -141,8 +132,45 @@ pub async fn run(
     };
     report::print(args, &outcome);
     checks.judge(args, &outcome);
+    after_checks(args, bin_dir, work, &storage, &snapshot, checks).await
+}
+
+/// Every orchestrator instance's `--instance-id`, in instance order.
+fn instance_ids(args: &Args) -> Vec<String> {
+    (0..args.orchestrators as usize)
+        .map(|i| instance_id(&instance_name(args.orchestrators, i)))
+        .collect()
+}
+
+/// The contention races for the manifest: the plan and every accepted
+/// order of the phase with its race.
+fn contention_manifest(
+    plan: Option<Plan>,
+    phase: Option<&contention::Phase>,
+) -> Option<manifest::Contention> {
+    plan.map(|plan| manifest::Contention {
+        orders: phase
+            .iter()
+            .flat_map(|p| &p.orders)
+            .map(|(a, race)| (a.spec.request_id.clone(), *race))
+            .collect(),
+        plan,
+    })
+}
+
+/// Once the soak's checks are in: the retention pass (`--retention-pass`,
+/// only when every check passed), then, when every check passed and the
+/// run is not kept, the MongoDB databases dropped.
+async fn after_checks(
+    args: &Args,
+    bin_dir: &Path,
+    work: &Path,
+    storage: &Storage,
+    snapshot: &crate::snapshot::Snapshot,
+    checks: &mut Checks,
+) -> Result<(), String> {
     if args.retention_pass && checks.failed == 0 {
-        crate::retention::run(args, bin_dir, work, &storage, &snapshot, checks).await?;
+        crate::retention::run(args, bin_dir, work, storage, snapshot, checks).await?;
     }
     if checks.failed == 0 && args.work_dir.is_none() && !args.keep_work_dir {
         storage.drop_databases().await;

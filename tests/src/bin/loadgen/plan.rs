@@ -133,19 +133,7 @@ pub fn plan(args: Args) -> Result<Plan, String> {
     let mongo = args.orchestrator.is_none() && args.backend == Backend::Mongo;
     let stand_in = mongo && mongo_server::external_uri().is_none();
     let defaults = mode.defaults(stand_in);
-    let sweep = if args.concurrency.len() > 1 {
-        if mode != Mode::Full {
-            return Err(
-                "a --concurrency list (a sweep) is for full runs, not --smoke or --single".into(),
-            );
-        }
-        for c in &args.concurrency {
-            concurrency(mode, Some(*c), defaults.concurrency)?;
-        }
-        args.concurrency.clone()
-    } else {
-        Vec::new()
-    };
+    let sweep = sweep(&args, mode, &defaults)?;
     let concurrency = concurrency(
         mode,
         args.concurrency.iter().copied().max(),
@@ -157,26 +145,10 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         Amount::Seconds(5.0)
     };
     let amount = amount(args.sagas, args.duration, default_amount)?;
-    let warmup = args.warmup.unwrap_or(defaults.warmup);
-    if !(0.0..=3600.0).contains(&warmup) {
-        return Err(format!(
-            "--warmup must be in [0, 3600] seconds (got {warmup})"
-        ));
-    }
+    let warmup = warmup(&args, &defaults)?;
     let mix = mix(&args, &defaults)?;
-    let items = usize::from(args.items);
-    let customers = args.customers.unwrap_or(if mongo { 32 } else { 256 });
-    let products = args.products.unwrap_or(if mongo { 32 } else { 256 });
-    let seed_concurrency = args.seed_concurrency.unwrap_or(if mongo { 4 } else { 32 });
-    if customers == 0 || products < items || customers > 1_000_000 || products > 1_000_000 {
-        return Err(format!(
-            "need 1 <= --customers <= 1000000 and --items ({items}) <= --products <= 1000000"
-        ));
-    }
-    let timeout = args.timeout.unwrap_or(defaults.timeout);
-    if !(timeout > 0.0 && timeout <= 7.0 * 86_400.0) {
-        return Err(format!("--timeout must be positive (got {timeout})"));
-    }
+    let population = Population::of(&args, mongo)?;
+    let timeout = timeout(&args, &defaults)?;
     let run = format!("lg-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
     let pids = procs::parse_pids(&args.pids)?;
     let connections = if mode == Mode::Single {
@@ -191,16 +163,7 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("loadgen-sweep.json"));
     let plot = args.plot.clone();
-    let purge_interval = args.purge_interval.unwrap_or(defaults.purge_interval);
-    if purge_interval < Duration::from_millis(10) {
-        return Err(format!(
-            "--purge-interval must be at least 10ms (got {})",
-            service_kit::retention::format_duration(purge_interval)
-        ));
-    }
-    // Store bytes per saga: around the one measured saga phase (a sweep has
-    // several; it keeps metrics off on an embedded stack).
-    let purge_interval = (!args.no_store_size && sweep.is_empty()).then_some(purge_interval);
+    let purge_interval = purge_interval(&args, &defaults, sweep.is_empty())?;
     let (spawn, addrs) = target(args, &pids, &run, purge_interval)?;
     let store_size = spawn.as_ref().and_then(|s| s.purge_interval);
     Ok(Plan {
@@ -212,11 +175,11 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         connections,
         amount,
         warmup,
-        items,
+        items: population.items,
         mix,
-        customers,
-        products,
-        seed_concurrency,
+        customers: population.customers,
+        products: population.products,
+        seed_concurrency: population.seed_concurrency,
         floor,
         timeout: Duration::from_secs_f64(timeout),
         call_timeout: Duration::from_millis(call_timeout),
@@ -227,6 +190,91 @@ pub fn plan(args: Args) -> Result<Plan, String> {
         plot,
         store_size,
     })
+}
+
+/// A `--concurrency` list (a sweep, full runs only), each level checked;
+/// empty for a single value.
+fn sweep(args: &Args, mode: Mode, defaults: &Defaults) -> Result<Vec<usize>, String> {
+    if args.concurrency.len() <= 1 {
+        return Ok(Vec::new());
+    }
+    if mode != Mode::Full {
+        return Err(
+            "a --concurrency list (a sweep) is for full runs, not --smoke or --single".into(),
+        );
+    }
+    for c in &args.concurrency {
+        concurrency(mode, Some(*c), defaults.concurrency)?;
+    }
+    Ok(args.concurrency.clone())
+}
+
+/// `--warmup` seconds, checked.
+fn warmup(args: &Args, defaults: &Defaults) -> Result<f64, String> {
+    let warmup = args.warmup.unwrap_or(defaults.warmup);
+    if !(0.0..=3600.0).contains(&warmup) {
+        return Err(format!(
+            "--warmup must be in [0, 3600] seconds (got {warmup})"
+        ));
+    }
+    Ok(warmup)
+}
+
+/// What is seeded and ordered: `--items` per order, `--customers`,
+/// `--products` (fewer on MongoDB) and how many seed calls run at once.
+struct Population {
+    items: usize,
+    customers: usize,
+    products: usize,
+    seed_concurrency: usize,
+}
+
+impl Population {
+    /// From the flags, checked.
+    fn of(args: &Args, mongo: bool) -> Result<Population, String> {
+        let items = usize::from(args.items);
+        let customers = args.customers.unwrap_or(if mongo { 32 } else { 256 });
+        let products = args.products.unwrap_or(if mongo { 32 } else { 256 });
+        let seed_concurrency = args.seed_concurrency.unwrap_or(if mongo { 4 } else { 32 });
+        if customers == 0 || products < items || customers > 1_000_000 || products > 1_000_000 {
+            return Err(format!(
+                "need 1 <= --customers <= 1000000 and --items ({items}) <= --products <= 1000000"
+            ));
+        }
+        Ok(Population {
+            items,
+            customers,
+            products,
+            seed_concurrency,
+        })
+    }
+}
+
+/// `--timeout` seconds, checked.
+fn timeout(args: &Args, defaults: &Defaults) -> Result<f64, String> {
+    let timeout = args.timeout.unwrap_or(defaults.timeout);
+    if !(timeout > 0.0 && timeout <= 7.0 * 86_400.0) {
+        return Err(format!("--timeout must be positive (got {timeout})"));
+    }
+    Ok(timeout)
+}
+
+/// `--purge-interval`, checked; None when store bytes per saga are not
+/// measured (`--no-store-size`, or a sweep: it has several measured
+/// phases, and it keeps metrics off on an embedded stack).
+fn purge_interval(
+    args: &Args,
+    defaults: &Defaults,
+    single_level: bool,
+) -> Result<Option<Duration>, String> {
+    let purge_interval = args.purge_interval.unwrap_or(defaults.purge_interval);
+    if purge_interval < Duration::from_millis(10) {
+        return Err(format!(
+            "--purge-interval must be at least 10ms (got {})",
+            service_kit::retention::format_duration(purge_interval)
+        ));
+    }
+    Ok((!args.no_store_size && single_level).then_some(purge_interval))
 }
 
 /// `--concurrency` (1 for `--single`), checked.

@@ -10,7 +10,7 @@ use crate::plan::{Amount, Plan, Urls};
 use crate::procs::{self, Watched};
 use crate::report;
 use crate::scrape;
-use crate::stack::Stack;
+use crate::stack::{KEPT, Stack};
 use crate::sweep;
 use crate::tally::Tally;
 use crate::workload::{self, Clients, Kind, Phase, Stop};
@@ -153,7 +153,8 @@ async fn start_stack(plan: &Plan, out: &mut Outcome) -> Result<Option<Stack>, St
 }
 
 /// The spawned stack's logs: their end when the run failed, else how much
-/// they hold; kept on `--keep-data`.
+/// they hold. Its data dir is kept when the run failed or on
+/// `--keep-data`, and deleted with the stack otherwise.
 fn wrap_up(plan: &Plan, stack: &mut Stack, failed: bool) {
     if failed {
         stack.dump_logs(15);
@@ -165,8 +166,10 @@ fn wrap_up(plan: &Plan, stack: &mut Stack, failed: bool) {
             );
         }
     }
-    if plan.spawn.as_ref().is_some_and(|c| c.keep_data) {
-        eprintln!("loadgen: data and logs kept in {}", stack.keep().display());
+    if failed || plan.spawn.as_ref().is_some_and(|c| c.keep_data) {
+        eprintln!("{KEPT} {}", stack.keep().display());
+    } else {
+        stack.discard_data();
     }
 }
 

@@ -24,6 +24,10 @@ pub const BINARIES: [&str; 3] = ["orchestrator", "payment-svc", "inventory-svc"]
 /// How long a service gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
+/// What precedes the data dir when it is kept (the test command greps it
+/// to show the logs of a failed run).
+pub const KEPT: &str = "loadgen: data and logs kept in";
+
 /// How to start the stack.
 #[derive(Clone, Debug)]
 pub struct SpawnConfig {
@@ -69,6 +73,11 @@ pub struct Stack {
     pub metrics: Vec<SocketAddr>,
     dir: Option<tempfile::TempDir>,
     pub dir_path: PathBuf,
+    /// Whether dropping the stack deletes its data dir: only once a run
+    /// went well ([`Stack::discard_data`]). A stack dropped otherwise — a
+    /// failed start, an error, a timeout, a signal — keeps it, logs
+    /// included, and says where.
+    discard_data: bool,
 }
 
 /// Where the service binaries are expected: next to this executable.
@@ -174,6 +183,7 @@ impl Stack {
             metrics: Vec::new(),
             dir: Some(dir),
             dir_path,
+            discard_data: false,
         };
         let mongo_uri = if config.mongo {
             Some(stack.open_mongo().await?)
@@ -333,12 +343,18 @@ impl Stack {
         }
     }
 
-    /// Keeps the data dir after exit (`--keep-data`).
+    /// Keeps the data dir after exit (`--keep-data`, or a failed run).
     pub fn keep(&mut self) -> PathBuf {
         if let Some(dir) = self.dir.take() {
             return dir.keep();
         }
         self.dir_path.clone()
+    }
+
+    /// Lets dropping the stack delete its data dir (unless
+    /// [`Stack::keep`] kept it): the run went well.
+    pub fn discard_data(&mut self) {
+        self.discard_data = true;
     }
 }
 
@@ -348,6 +364,11 @@ impl Drop for Stack {
         // participant; the MongoDB test server (a field) after all of them.
         for p in &mut self.procs {
             let _ = process::stop(&mut p.child, STOP_GRACE);
+        }
+        // A run that did not go well keeps its data and logs for a look
+        // (the test command prints the logs from the line below).
+        if !self.discard_data && self.dir.is_some() {
+            eprintln!("{KEPT} {}", self.keep().display());
         }
     }
 }

@@ -201,146 +201,236 @@ pub fn json(out: &Outcome) -> serde_json::Value {
 /// Latency (p50 and p99, log scale) against throughput, one point per
 /// level, labelled with its concurrency.
 pub fn svg(out: &Outcome, title: &str) -> String {
-    const W: f64 = 720.0;
-    const H: f64 = 440.0;
-    const LEFT: f64 = 70.0;
-    const RIGHT: f64 = 30.0;
-    const TOP: f64 = 50.0;
-    const BOTTOM: f64 = 60.0;
-    let points: Vec<(usize, f64, f64, f64)> = out
+    let points: Vec<PlotPoint> = out
         .sweep
         .iter()
-        .map(|p| {
-            (
-                p.concurrency,
-                p.saga.rate(),
-                p.saga.quantile_ms(0.5).max(0.01),
-                p.saga.quantile_ms(0.99).max(0.01),
-            )
+        .map(|p| PlotPoint {
+            concurrency: p.concurrency,
+            rate: p.saga.rate(),
+            p50: p.saga.quantile_ms(0.5).max(0.01),
+            p99: p.saga.quantile_ms(0.99).max(0.01),
         })
         .collect();
-    let x_max = points.iter().map(|p| p.1).fold(1.0, f64::max);
-    let x_top = nice_ceiling(x_max * 1.08);
-    let y_lo = points
-        .iter()
-        .map(|p| p.2)
-        .fold(f64::INFINITY, f64::min)
-        .log10()
-        .floor();
-    let y_hi = points
-        .iter()
-        .map(|p| p.3)
-        .fold(0.01, f64::max)
-        .log10()
-        .ceil()
-        .max(y_lo + 1.0);
-    let x = |v: f64| LEFT + v / x_top * (W - LEFT - RIGHT);
-    let y = |ms: f64| TOP + (y_hi - ms.log10()) / (y_hi - y_lo) * (H - TOP - BOTTOM);
+    let chart = Chart::fit(&points);
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
-        W / 2.0,
-        escape(title)
-    );
+    chart.header(&mut s, title);
     // Grid and axes.
-    for i in 0..=5 {
-        let v = x_top * f64::from(i) / 5.0;
+    chart.x_grid(&mut s);
+    chart.y_grid(&mut s);
+    chart.frame(&mut s);
+    // The two curves, then the points and their labels.
+    for curve in [
+        Curve {
+            latency: |p| p.p50,
+            colour: "#1f77b4",
+            name: "p50",
+            label_dy: 16.0,
+            legend_y: TOP + 18.0,
+        },
+        Curve {
+            latency: |p| p.p99,
+            colour: "#d62728",
+            name: "p99",
+            label_dy: -8.0,
+            legend_y: TOP + 36.0,
+        },
+    ] {
+        chart.curve(&mut s, &points, &curve);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The plot's canvas (px): size and the margins around the plotting area.
+const W: f64 = 720.0;
+const H: f64 = 440.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 30.0;
+const TOP: f64 = 50.0;
+const BOTTOM: f64 = 60.0;
+
+/// One level on the plot: latencies at least 0.01 ms (a log scale has no
+/// zero).
+struct PlotPoint {
+    concurrency: usize,
+    /// Sagas/s.
+    rate: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// One latency curve: which latency, how it is drawn and where its legend
+/// goes.
+struct Curve {
+    latency: fn(&PlotPoint) -> f64,
+    colour: &'static str,
+    name: &'static str,
+    /// The point labels' offset from the points.
+    label_dy: f64,
+    legend_y: f64,
+}
+
+/// The axes' ranges: throughput from 0 to a round figure above the
+/// fastest level, latency over whole decades around every point.
+struct Chart {
+    x_top: f64,
+    /// log10 of the lowest and highest latency on the axis (ms).
+    y_lo: f64,
+    y_hi: f64,
+}
+
+impl Chart {
+    fn fit(points: &[PlotPoint]) -> Chart {
+        let x_max = points.iter().map(|p| p.rate).fold(1.0, f64::max);
+        let y_lo = points
+            .iter()
+            .map(|p| p.p50)
+            .fold(f64::INFINITY, f64::min)
+            .log10()
+            .floor();
+        let y_hi = points
+            .iter()
+            .map(|p| p.p99)
+            .fold(0.01, f64::max)
+            .log10()
+            .ceil()
+            .max(y_lo + 1.0);
+        Chart {
+            x_top: nice_ceiling(x_max * 1.08),
+            y_lo,
+            y_hi,
+        }
+    }
+
+    /// Sagas/s → px.
+    fn x(&self, v: f64) -> f64 {
+        LEFT + v / self.x_top * (W - LEFT - RIGHT)
+    }
+
+    /// Latency ms → px (log scale).
+    fn y(&self, ms: f64) -> f64 {
+        TOP + (self.y_hi - ms.log10()) / (self.y_hi - self.y_lo) * (H - TOP - BOTTOM)
+    }
+
+    /// The `<svg>` element, a white background and the title.
+    fn header(&self, s: &mut String, title: &str) {
         let _ = writeln!(
             s,
-            r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#ddd"/><text x="{0:.1}" y="{3}" text-anchor="middle">{4:.0}</text>"##,
-            x(v),
-            TOP,
-            H - BOTTOM,
-            H - BOTTOM + 18.0,
-            v
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
+            W / 2.0,
+            escape(title)
         );
     }
-    let mut decade = y_lo;
-    while decade <= y_hi {
-        for m in [1.0, 2.0, 5.0] {
-            let ms = 10f64.powf(decade) * m;
-            if ms > 10f64.powf(y_hi) * 1.0001 {
-                break;
-            }
+
+    /// Six vertical grid lines with their throughput.
+    fn x_grid(&self, s: &mut String) {
+        for i in 0..=5 {
+            let v = self.x_top * f64::from(i) / 5.0;
             let _ = writeln!(
                 s,
-                r##"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{3}"/><text x="{4}" y="{5:.1}" text-anchor="end">{6}</text>"##,
-                LEFT,
-                y(ms),
-                W - RIGHT,
-                if m == 1.0 { "#bbb" } else { "#eee" },
-                LEFT - 6.0,
-                y(ms) + 4.0,
-                trim_ms(ms)
+                r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#ddd"/><text x="{0:.1}" y="{3}" text-anchor="middle">{4:.0}</text>"##,
+                self.x(v),
+                TOP,
+                H - BOTTOM,
+                H - BOTTOM + 18.0,
+                v
             );
         }
-        decade += 1.0;
     }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="#333"/>"##,
-        W - LEFT - RIGHT,
-        H - TOP - BOTTOM
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">sagas/s (CreateOrder with wait, until terminal)</text>"#,
-        (LEFT + W - RIGHT) / 2.0,
-        H - 18.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">latency, ms (log scale)</text>"#,
-        (TOP + H - BOTTOM) / 2.0
-    );
-    // The two curves, then the points and their labels.
-    for (pick, colour, name, dy) in [
-        (2usize, "#1f77b4", "p50", 16.0),
-        (3, "#d62728", "p99", -8.0),
-    ] {
+
+    /// Horizontal grid lines at 1, 2 and 5 × each decade, with their
+    /// latency (the decades darker).
+    fn y_grid(&self, s: &mut String) {
+        let mut decade = self.y_lo;
+        while decade <= self.y_hi {
+            for m in [1.0, 2.0, 5.0] {
+                let ms = 10f64.powf(decade) * m;
+                if ms > 10f64.powf(self.y_hi) * 1.0001 {
+                    break;
+                }
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{3}"/><text x="{4}" y="{5:.1}" text-anchor="end">{6}</text>"##,
+                    LEFT,
+                    self.y(ms),
+                    W - RIGHT,
+                    if m == 1.0 { "#bbb" } else { "#eee" },
+                    LEFT - 6.0,
+                    self.y(ms) + 4.0,
+                    trim_ms(ms)
+                );
+            }
+            decade += 1.0;
+        }
+    }
+
+    /// The plotting area's border and the axis titles.
+    fn frame(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            r##"<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="#333"/>"##,
+            W - LEFT - RIGHT,
+            H - TOP - BOTTOM
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">sagas/s (CreateOrder with wait, until terminal)</text>"#,
+            (LEFT + W - RIGHT) / 2.0,
+            H - 18.0
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">latency, ms (log scale)</text>"#,
+            (TOP + H - BOTTOM) / 2.0
+        );
+    }
+
+    /// One curve: the line through the points, each point with its
+    /// concurrency, and the legend entry.
+    fn curve(&self, s: &mut String, points: &[PlotPoint], curve: &Curve) {
+        let Curve {
+            latency,
+            colour,
+            name,
+            label_dy,
+            legend_y,
+        } = curve;
         let path: Vec<String> = points
             .iter()
-            .map(|p| {
-                let v = if pick == 2 { p.2 } else { p.3 };
-                format!("{:.1},{:.1}", x(p.1), y(v))
-            })
+            .map(|p| format!("{:.1},{:.1}", self.x(p.rate), self.y(latency(p))))
             .collect();
         let _ = writeln!(
             s,
             r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
             path.join(" ")
         );
-        for p in &points {
-            let v = if pick == 2 { p.2 } else { p.3 };
+        for p in points {
+            let v = latency(p);
             let _ = writeln!(
                 s,
                 r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{colour}"/><text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{colour}">c={}</text>"#,
-                x(p.1),
-                y(v),
-                x(p.1),
-                y(v) + dy,
-                p.0
+                self.x(p.rate),
+                self.y(v),
+                self.x(p.rate),
+                self.y(v) + label_dy,
+                p.concurrency
             );
         }
-        let ly = if pick == 2 { TOP + 18.0 } else { TOP + 36.0 };
         let _ = writeln!(
             s,
             r#"<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="{colour}" stroke-width="2"/><text x="{3}" y="{4}">{name}</text>"#,
             LEFT + 14.0,
-            ly,
+            legend_y,
             LEFT + 40.0,
             LEFT + 46.0,
-            ly + 4.0
+            legend_y + 4.0
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 /// The smallest 1, 2 or 5 × 10^k at or above `v`.
