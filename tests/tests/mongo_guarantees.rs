@@ -137,7 +137,10 @@ async fn a_standalone_server_is_refused_with_the_fix_named() {
     let Some(target) = mongo() else { return };
     if !target.test_server {
         // Not skipped: a standalone server of its own, on SecantusDB.
-        eprintln!("standalone check: on a SecantusDB of its own (the target is {})", target.label);
+        eprintln!(
+            "standalone check: on a SecantusDB of its own (the target is {})",
+            target.label
+        );
     }
     let server = MongoServer::start(ServerOptions {
         standalone: true,
@@ -412,7 +415,10 @@ async fn saga_store_errors_are_classified_from_the_servers_replies() {
     let Some(target) = mongo() else { return };
     if !target.test_server {
         // Not skipped: failpoints on a SecantusDB of its own.
-        eprintln!("failpoint check: on a SecantusDB of its own (the target is {})", target.label);
+        eprintln!(
+            "failpoint check: on a SecantusDB of its own (the target is {})",
+            target.label
+        );
     }
     let server = tokio::task::spawn_blocking(|| {
         MongoServer::start(ServerOptions {

@@ -70,7 +70,10 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
     if !target.test_server {
         // Not skipped: its transaction lifetime is set at start, so it runs
         // on a SecantusDB of its own.
-        eprintln!("on a SecantusDB of its own (the target is {})", target.label);
+        eprintln!(
+            "on a SecantusDB of its own (the target is {})",
+            target.label
+        );
     }
     let server = tokio::task::spawn_blocking(|| {
         MongoServer::start(ServerOptions {
