@@ -7,9 +7,11 @@
 //! - a standalone server is refused at start-up, naming the fix, because
 //!   the participants need multi-document transactions;
 //! - every write the three services send carries write concern majority
-//!   with journaling (inside a transaction: its commit);
-//! - the saga store tells errors that pass from errors that do not, and
-//!   fills in the fields an older version did not write.
+//!   with journaling (inside a transaction: its commit), and every
+//!   participant transaction reads at snapshot;
+//! - the saga store tells errors that pass from errors that do not, fills
+//!   in the fields an older version did not write and drops the indexes
+//!   it replaced.
 //!
 //! The target is printed when the first test starts (SecantusDB unless
 //! `MONGODB_URI` names a real MongoDB).
@@ -259,6 +261,32 @@ async fn every_write_of_every_service_is_majority_and_journaled() {
             ok,
             "{} {} without majority+journal: {}",
             write.service, write.name, write.body
+        );
+    }
+    // Every participant transaction reads at snapshot: its first command
+    // (the one that starts it) carries the read concern.
+    let starts: Vec<_> = commands
+        .iter()
+        .filter(|c| c.body.get_bool("startTransaction") == Ok(true))
+        .collect();
+    for service in ["payment", "inventory"] {
+        assert!(
+            starts.iter().any(|c| c.service == service),
+            "no transaction of {service} was started"
+        );
+    }
+    for start in starts {
+        let level = start
+            .body
+            .get_document("readConcern")
+            .and_then(|rc| rc.get_str("level"));
+        assert_eq!(
+            level,
+            Ok("snapshot"),
+            "{} {} starts a transaction without snapshot reads: {}",
+            start.service,
+            start.name,
+            start.body
         );
     }
 }
