@@ -49,6 +49,25 @@ pub enum ConnectError {
     },
 }
 
+/// The server's `transactionLifetimeLimitSeconds`, when it reports one
+/// (`getParameter` needs a privilege a service's user may lack, and some
+/// servers do not model it): `None` otherwise.
+pub async fn transaction_lifetime(db: &Database) -> Option<Duration> {
+    let reply = db
+        .client()
+        .database("admin")
+        .run_command(bson::doc! { "getParameter": 1, "transactionLifetimeLimitSeconds": 1 })
+        .await
+        .ok()?;
+    let seconds = match reply.get("transactionLifetimeLimitSeconds")? {
+        bson::Bson::Int32(n) => i64::from(*n),
+        bson::Bson::Int64(n) => *n,
+        bson::Bson::Double(n) if n.is_finite() => *n as i64,
+        _ => return None,
+    };
+    Some(Duration::from_secs(u64::try_from(seconds).ok()?))
+}
+
 /// A URI with any password replaced by `***`, safe for logs.
 pub fn redact(uri: &str) -> String {
     let Some((scheme, rest)) = uri.split_once("://") else {

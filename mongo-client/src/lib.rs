@@ -20,7 +20,8 @@ pub mod monitor;
 pub mod sharding;
 
 pub use connect::{
-    ConnectError, collection_bytes, connect, ensure_indexes, index, redact, ttl_index,
+    ConnectError, collection_bytes, connect, ensure_indexes, index, redact, transaction_lifetime,
+    ttl_index,
 };
 pub use errors::{DuplicateKey, ErrorClass, classify, duplicate_key};
 pub use fields::{NotAnInteger, integer};

@@ -6,6 +6,7 @@
 use crate::config::{ParticipantConfig, ParticipantDefaults};
 use crate::pipeline::Kit;
 use embedded_store::Durability;
+use service_kit::retention::CallLimits;
 use service_kit::server::ServeError;
 use service_kit::shutdown::Shutdown;
 use std::future::Future;
@@ -79,6 +80,25 @@ pub fn main<P: Participant>() -> std::process::ExitCode {
     }
 }
 
+/// Warns when the server keeps a dead participant's transaction locks
+/// longer than the orchestrator (its limits mirrored by this participant's
+/// flags) retries a step; says so when the server does not report it.
+async fn check_transaction_lifetime(db: &mongodb::Database, limits: &CallLimits) {
+    match mongo_client::transaction_lifetime(db).await {
+        Some(lifetime) => match limits.check_transaction_lifetime(lifetime) {
+            Ok(()) => tracing::info!(
+                lifetime = service_kit::retention::format_duration(lifetime),
+                "transaction lifetime shorter than a step's retries"
+            ),
+            Err(warning) => tracing::warn!("{warning}"),
+        },
+        None => tracing::info!(
+            "the server does not report transactionLifetimeLimitSeconds: keep it below the orchestrator's retries of one step ({})",
+            service_kit::retention::format_duration(limits.least_forward_span())
+        ),
+    }
+}
+
 /// Start-up and serving, until SIGTERM/SIGINT.
 pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), BoxError> {
     // Checked before anything else: a bad TLS file or token stops start-up
@@ -93,6 +113,7 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
         Some(uri) => {
             let db = mongo_client::connect(uri, &config.mongodb_database, P::NAME, shutdown.wait())
                 .await?;
+            check_transaction_lifetime(&db, &config.retention.limits()).await;
             P::open_mongo(db, history.keep).await?
         }
         None => P::open_embedded(&config.database_path(), config.durability)?,

@@ -100,6 +100,35 @@ impl CallLimits {
         by_attempts.min(self.step_deadline) + self.call_timeout
     }
 
+    /// The least time the orchestrator keeps calling a step that fails
+    /// transiently before it gives up and compensates: each attempt lasts
+    /// at least its call deadline when the participant itself retries a
+    /// write conflict until then (as the MongoDB participants do), and the
+    /// step deadline cuts it short.
+    pub fn least_forward_span(&self) -> Duration {
+        (self.call_timeout * self.action_attempts.max(1)).min(self.step_deadline)
+    }
+
+    /// Checks a MongoDB `transactionLifetimeLimitSeconds` against these
+    /// limits: a participant killed inside a transaction leaves its locks
+    /// (and a write conflict for every retry of that request id) for
+    /// `lifetime`, so a step's retries must outlast it, or such a kill
+    /// cancels the order instead of delaying it.
+    pub fn check_transaction_lifetime(&self, lifetime: Duration) -> Result<(), String> {
+        let span = self.least_forward_span();
+        if lifetime < span {
+            return Ok(());
+        }
+        Err(format!(
+            "the server's transactionLifetimeLimitSeconds ({}) is not shorter than the orchestrator's retries of one step ({}: {} attempts × call timeout {}, within the step deadline {}): a participant killed inside a transaction would cancel orders instead of delaying them; lower it (compose sets 10 s; the participants' transactions last milliseconds) or raise --action-attempts / --call-timeout-ms / --step-deadline-ms",
+            format_duration(lifetime),
+            format_duration(span),
+            self.action_attempts.max(1),
+            format_duration(self.call_timeout),
+            format_duration(self.step_deadline)
+        ))
+    }
+
     /// Longest a compensation's calls go on: every attempt with its sleep.
     pub fn compensation_span(&self) -> Duration {
         self.attempt() * self.compensation_attempts.max(1)
@@ -369,6 +398,39 @@ pub async fn purge_round(purger: &dyn Purger, service: &'static str, shutdown: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With the defaults a step is retried for at least 25 s (5 × 5 s,
+    /// within 60 s): compose's 10 s transaction lifetime passes, mongod's
+    /// default 60 s does not, and the message names the fix.
+    #[test]
+    fn the_transaction_lifetime_must_be_shorter_than_a_steps_retries() {
+        let limits = CallLimits::default();
+        assert_eq!(limits.least_forward_span(), Duration::from_secs(25));
+        assert!(
+            limits
+                .check_transaction_lifetime(Duration::from_secs(10))
+                .is_ok()
+        );
+        let refused = limits
+            .check_transaction_lifetime(Duration::from_secs(60))
+            .expect_err("60 s outlasts the retries");
+        assert!(
+            refused.contains("(1m)") && refused.contains("(25s:"),
+            "{refused}"
+        );
+        assert!(refused.contains("--action-attempts"), "{refused}");
+        let patient = CallLimits {
+            action_attempts: 20,
+            ..limits
+        };
+        assert_eq!(patient.least_forward_span(), Duration::from_secs(60));
+        assert!(
+            patient
+                .check_transaction_lifetime(Duration::from_secs(60))
+                .is_err(),
+            "the step deadline bounds the retries"
+        );
+    }
 
     #[test]
     fn durations_parse_and_print_as_people_write_them() {

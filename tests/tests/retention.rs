@@ -161,7 +161,7 @@ async fn embedded_finished_sagas_are_archived_then_expire_with_their_records() {
 /// [`finished_sagas_and_records_expire`], each once, in the order they
 /// expired, each with the time it was archived.
 fn assert_archived_once(archive: &Path) {
-    let files: Vec<_> = std::fs::read_dir(&archive)
+    let files: Vec<_> = std::fs::read_dir(archive)
         .expect("archive dir")
         .map(|e| e.expect("entry").path())
         .collect();
