@@ -208,11 +208,15 @@ impl Orchestrator {
             Created::New => {
                 tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
                 metrics::counter!("sagas_started_total").increment(1);
-                let mut watcher = wait_until.map(|_| Watcher::new(self.hub.clone(), &saga.saga_id));
-                self.executor.spawn(saga.clone(), slot);
-                let saga = match (wait_until, watcher.as_mut()) {
-                    (Some(deadline), Some(watcher)) => self.wait(saga, watcher, deadline).await,
-                    _ => saga,
+                let saga = match wait_until {
+                    Some(deadline) => {
+                        let finished = self.executor.spawn_reporting(saga.clone(), slot);
+                        self.wait_for_driver(saga, finished, deadline).await
+                    }
+                    None => {
+                        self.executor.spawn(saga.clone(), slot);
+                        saga
+                    }
                 };
                 Ok(Placed {
                     saga,
@@ -251,6 +255,38 @@ impl Orchestrator {
             saga,
             created: false,
         })
+    }
+
+    /// Waits for the driver of a saga this call created to report its final
+    /// state. If the driver stops early (superseded, shutting down) the
+    /// wait goes on through the hub and the store; at the deadline it
+    /// answers with the latest stored state.
+    async fn wait_for_driver(
+        &self,
+        created: Saga,
+        finished: Option<tokio::sync::oneshot::Receiver<Saga>>,
+        deadline: Instant,
+    ) -> Saga {
+        if let Some(finished) = finished {
+            tokio::select! {
+                done = finished => if let Ok(saga) = done {
+                    return saga;
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    return match self.store.get(&created.saga_id).await {
+                        Ok(Some(stored)) if stored.version > created.version => stored,
+                        _ => created,
+                    };
+                }
+            }
+        }
+        // Subscribe before reading, so no change between the two is missed.
+        let mut watcher = Watcher::new(self.hub.clone(), &created.saga_id);
+        let latest = match self.store.get(&created.saga_id).await {
+            Ok(Some(stored)) if stored.version > created.version => stored,
+            _ => created,
+        };
+        self.wait(latest, &mut watcher, deadline).await
     }
 
     async fn wait(&self, mut saga: Saga, watcher: &mut Watcher, deadline: Instant) -> Saga {
