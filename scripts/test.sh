@@ -30,9 +30,26 @@ summary() {
          /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
          END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
     if [ "$status" -ne 0 ]; then
+        show_failures
         echo "FAILED at stage: $stage (exit $status)"
     fi
     rm -f "$log"
+}
+
+# The reasons, once more at the very end (a failed run's kept logs and
+# cargo's list of failed targets push them off the last screen): failed
+# tests with their panic messages, chaos checks that failed, loadgen
+# failures. At most 60 lines; the full output is above.
+show_failures() {
+    local reasons
+    reasons=$({
+        grep -E '^test .* \.\.\. FAILED$|^  FAIL  |^FAIL: ' "$log"
+        grep -E -A3 'panicked at' "$log" | grep -v -E '^note: run with|^stack backtrace'
+    } | awk '!seen[$0]++' | head -n 60) || true
+    if [ -n "$reasons" ]; then
+        echo "== why it failed (from the output above)"
+        echo "$reasons"
+    fi
 }
 trap summary EXIT
 

@@ -64,7 +64,7 @@ async fn participant_stores(
 fn history_retention(config: &DevConfig) -> Result<HistoryRetention, BoxError> {
     let limits = config
         .engine
-        .call_limits(service_kit::retention::ORDER_SAGA_STEPS as usize);
+        .call_limits(service_kit::retention::DEFAULT_SAGA_STEPS as usize);
     let keep = match config.history_retention {
         Some(keep) => limits.check_history_retention(keep)?,
         None => limits.default_history_retention(),
@@ -95,6 +95,19 @@ impl Listeners {
             inventory: server::bind(config.inventory_listen).await?,
             orchestrator: server::bind(config.orchestrator_listen).await?,
             console,
+        })
+    }
+
+    /// Where each server listens, for the banner and the channels.
+    fn addresses(&self) -> Result<Addresses, BoxError> {
+        Ok(Addresses {
+            orchestrator: self.orchestrator.local_addr()?.to_string(),
+            payment: self.payment.local_addr()?.to_string(),
+            inventory: self.inventory.local_addr()?.to_string(),
+            console: match &self.console {
+                Some(console) => Some(format!("http://{}/", console.local_addr()?)),
+                None => None,
+            },
         })
     }
 }
@@ -157,22 +170,14 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     )
     .await?;
     let listeners = Listeners::bind(&config).await?;
-    let addrs = Addresses {
-        orchestrator: listeners.orchestrator.local_addr()?.to_string(),
-        payment: listeners.payment.local_addr()?.to_string(),
-        inventory: listeners.inventory.local_addr()?.to_string(),
-        console: match &listeners.console {
-            Some(console) => Some(format!("http://{}/", console.local_addr()?)),
-            None => None,
-        },
-    };
+    let addrs = listeners.addresses()?;
     let options = serve_options(&config)?;
-    if config.faults.settings().is_enabled() {
-        tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
-    }
     let kit = || -> Result<Kit, BoxError> {
         Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()).with_history(history))
     };
+    if config.faults.settings().is_enabled() {
+        tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
+    }
     let payment = tokio::spawn(payment_svc::serve(
         payment_store,
         kit()?,
@@ -186,21 +191,12 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         shutdown.clone(),
     ));
 
-    let (payment_channel, inventory_channel) = channels(&config, &addrs)?;
-    crate::seed::seed(
-        payment_channel.clone(),
-        inventory_channel.clone(),
-        &options.admin,
-    )
-    .await?;
-    let definition = OrderParticipants::with_caller(
-        payment_channel,
-        inventory_channel,
-        config.engine.caller(options.service.clone()),
-    )
-    .definition()?;
+    let definition = seeded_order_saga(&config, &addrs, &options).await?;
     let mut settings = config.engine.settings(config.orchestrator_listen)?;
     settings.retention = retention;
+    let limits = config.engine.call_limits(definition.steps().len());
+    settings.retention.retry_window =
+        Some(orchestrator::retention::retry_window(&limits, history.keep));
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
     let demo = tokio::spawn(demo_orders(config.clone(), addrs.orchestrator.clone()));
     let result = orchestrator::serve_with_console(
@@ -218,6 +214,28 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     stopped("payment-svc", payment).await;
     stopped("inventory-svc", inventory).await;
     Ok(result?)
+}
+
+/// Seeds the demo accounts and products, then returns the order saga over
+/// channels to the two participants served by this process.
+async fn seeded_order_saga(
+    config: &DevConfig,
+    addrs: &Addresses,
+    options: &server::ServeOptions,
+) -> Result<orchestrator::step::SagaDefinition, BoxError> {
+    let (payment_channel, inventory_channel) = channels(config, addrs)?;
+    crate::seed::seed(
+        payment_channel.clone(),
+        inventory_channel.clone(),
+        &options.admin,
+    )
+    .await?;
+    Ok(OrderParticipants::with_caller(
+        payment_channel,
+        inventory_channel,
+        config.engine.caller(options.service.clone()),
+    )
+    .definition()?)
 }
 
 /// Waits for a participant's server task and logs how it ended.

@@ -6,7 +6,7 @@
 use crate::engine;
 use crate::executor::{Executor, Slot};
 use crate::hub::SagaHub;
-use crate::saga::{Order, OrderItem, Saga};
+use crate::saga::{Order, OrderItem, Saga, SagaStatus};
 use crate::step::ParticipantRecord;
 use crate::store::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, StoreError};
 use futures::Stream;
@@ -154,6 +154,7 @@ pub struct Orchestrator {
     executor: Arc<Executor>,
     hub: Arc<SagaHub>,
     shutdown: Shutdown,
+    retry_window: Option<Duration>,
 }
 
 impl Orchestrator {
@@ -169,7 +170,16 @@ impl Orchestrator {
             executor,
             hub,
             shutdown,
+            retry_window: None,
         }
+    }
+
+    /// RetrySaga refuses a saga created longer than `window` ago (see
+    /// [`crate::retention::RetentionSettings::retry_window`]); `None`: no
+    /// limit.
+    pub fn with_retry_window(mut self, window: Option<Duration>) -> Self {
+        self.retry_window = window;
+        self
     }
 
     /// Persists the order saga (order and intent of its first step) and
@@ -455,6 +465,9 @@ impl Orchestrator {
     /// drives it again (after a person fixed the cause).
     pub async fn retry(&self, saga_id: &str) -> Result<Saga, AppError> {
         let mut saga = self.get(saga_id).await?;
+        if saga.status == SagaStatus::Failed {
+            self.check_retry_window(&saga)?;
+        }
         if !engine::resume(&mut saga, now_ms()) {
             return Err(AppError::NotRetryable(format!(
                 "saga {saga_id} is {}; only FAILED sagas can be retried",
@@ -473,5 +486,28 @@ impl Orchestrator {
         tracing::info!(saga_id, "saga resumed by RetrySaga");
         self.executor.spawn(saga.clone(), slot);
         Ok(saga)
+    }
+
+    /// Refuses a retry past the retry window: the participants' records of
+    /// the saga's steps may be gone by now.
+    fn check_retry_window(&self, saga: &Saga) -> Result<(), AppError> {
+        let Some(window) = self.retry_window else {
+            return Ok(());
+        };
+        let age_ms = now_ms().saturating_sub(saga.created_at_ms).max(0);
+        let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
+        if age <= window {
+            return Ok(());
+        }
+        use service_kit::retention::format_duration;
+        Err(AppError::NotRetryable(format!(
+            "saga {} was created {} ago, past the retry window of {} (the participants' \
+             history retention less the time a retry's calls may take): their records of its \
+             steps may be gone, so a refund or restock now could not tell done from never \
+             done; reconcile it by hand",
+            saga.saga_id,
+            format_duration(age),
+            format_duration(window)
+        )))
     }
 }

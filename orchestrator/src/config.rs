@@ -242,6 +242,9 @@ impl RetentionConfig {
             saga_retention: self.saga_retention,
             archive_dir: self.archive_dir.clone(),
             purge_interval: self.purge_interval.max(Duration::from_millis(10)),
+            // The default limits' window; `serve` and `dev` set the one their
+            // limits and the participants' history retention give.
+            ..Default::default()
         }
     }
 }
@@ -290,6 +293,13 @@ pub struct ServeConfig {
     /// Retention of finished sagas (`--saga-retention`, `--archive-dir`,
     /// `--purge-interval`).
     pub retention: RetentionConfig,
+    /// How long the participants keep their operationHistory — the value
+    /// they run with (same flag and variable, so one environment configures
+    /// all three). RetrySaga refuses a FAILED saga created longer ago than
+    /// this less the time a retry's calls may take. Default: the
+    /// participants' default for this instance's limits.
+    #[arg(long, env = "HISTORY_RETENTION", value_parser = retention::parse_duration)]
+    pub history_retention: Option<Duration>,
     #[command(flatten)]
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
@@ -411,7 +421,7 @@ mod tests {
         let limits = cli
             .serve
             .engine
-            .call_limits(retention::ORDER_SAGA_STEPS as usize);
+            .call_limits(retention::DEFAULT_SAGA_STEPS as usize);
         assert_eq!(limits, CallLimits::default());
         assert_eq!(
             crate::executor::RetryPolicy::default().max_delay,

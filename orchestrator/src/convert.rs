@@ -8,6 +8,7 @@ use crate::store::Cursor;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use saga_proto::saga::v1 as pb;
+use service_kit::time::timestamp;
 use service_kit::validate;
 use tonic::Status;
 
@@ -140,14 +141,6 @@ fn step_status(s: StepStatus) -> pb::StepStatus {
         StepStatus::Compensating => pb::StepStatus::Compensating,
         StepStatus::Compensated => pb::StepStatus::Compensated,
         StepStatus::Skipped => pb::StepStatus::Skipped,
-    }
-}
-
-/// Milliseconds since the epoch as a protobuf timestamp.
-pub fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
     }
 }
 

@@ -134,9 +134,6 @@ pub async fn serve_with_console(
     console: Option<TcpListener>,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
-    use saga_proto::saga::v1::order_service_server::OrderServiceServer;
-    use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
-
     let hub = Arc::new(hub::SagaHub::new());
     let executor = Arc::new(Executor::new(
         store.clone(),
@@ -148,26 +145,11 @@ pub async fn serve_with_console(
         settings.max_in_flight,
     ));
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
-    let purger = retention::SagaPurger::new(
-        store.clone(),
-        settings
-            .retention
-            .archive_dir
-            .as_deref()
-            .map(retention::Archive::new),
+    let purge = spawn_purge(store.clone(), &settings, shutdown.clone());
+    let app = Arc::new(
+        app::Orchestrator::new(store, executor.clone(), hub, shutdown.clone())
+            .with_retry_window(settings.retention.retry_window),
     );
-    let purge = tokio::spawn(service_kit::retention::run_purge_loop(
-        Arc::new(purger),
-        "orchestrator",
-        settings.retention.purge_interval,
-        shutdown.clone(),
-    ));
-    let app = Arc::new(app::Orchestrator::new(
-        store,
-        executor.clone(),
-        hub,
-        shutdown.clone(),
-    ));
     let console = console.map(|listener| {
         tokio::spawn(console::serve(
             app.clone(),
@@ -176,6 +158,48 @@ pub async fn serve_with_console(
             shutdown.clone(),
         ))
     });
+    let routes = grpc_routes(app, &settings, &options).await?;
+    let served = server::serve_with(&options, routes, listener, shutdown).await;
+    let _ = sweeper.await;
+    let _ = purge.await;
+    if let Some(console) = console {
+        console_stopped(console).await;
+    }
+    drain(&executor, settings.shutdown_grace).await;
+    served
+}
+
+/// Starts the periodic purge of expired sagas (archived first when an
+/// archive directory is configured); it ends with `shutdown`.
+fn spawn_purge(
+    store: Arc<dyn store::SagaStore>,
+    settings: &Settings,
+    shutdown: Shutdown,
+) -> tokio::task::JoinHandle<()> {
+    let archive = settings
+        .retention
+        .archive_dir
+        .as_deref()
+        .map(retention::Archive::new);
+    let purger = retention::SagaPurger::new(store, archive);
+    tokio::spawn(service_kit::retention::run_purge_loop(
+        Arc::new(purger),
+        "orchestrator",
+        settings.retention.purge_interval,
+        shutdown,
+    ))
+}
+
+/// The gRPC services (`saga.v1` OrderService and SagaService, reflection,
+/// health), each accepting requests up to the configured size.
+async fn grpc_routes(
+    app: Arc<app::Orchestrator>,
+    settings: &Settings,
+    options: &ServeOptions,
+) -> Result<tonic::service::Routes, ServeError> {
+    use saga_proto::saga::v1::order_service_server::OrderServiceServer;
+    use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
+
     let limit = options.max_request_bytes;
     let routes = tonic::service::Routes::new(
         OrderServiceServer::new(grpc::OrderApi::new(app.clone(), settings.max_wait))
@@ -185,23 +209,23 @@ pub async fn serve_with_console(
         SagaServiceServer::new(grpc::SagaApi::new(app).with_admin(options.admin.clone()))
             .max_decoding_message_size(limit),
     );
-    let routes = server::with_standard_services(
+    server::with_standard_services(
         routes,
+        saga_proto::FILE_DESCRIPTOR_SET,
         &[
             <OrderServiceServer<grpc::OrderApi> as tonic::server::NamedService>::NAME,
             <SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME,
         ],
         limit,
     )
-    .await?;
-    let served = server::serve_with(&options, routes, listener, shutdown).await;
-    let _ = sweeper.await;
-    let _ = purge.await;
-    if let Some(console) = console {
-        console_stopped(console).await;
-    }
-    // Stopped accepting calls; let in-flight steps finish and persist.
-    if tokio::time::timeout(settings.shutdown_grace, executor.drained())
+    .await
+}
+
+/// After the server stopped accepting calls: lets in-flight steps finish
+/// and persist, for at most `grace`; what is still running then resumes
+/// from its persisted state on the next start (or another instance).
+async fn drain(executor: &Executor, grace: std::time::Duration) {
+    if tokio::time::timeout(grace, executor.drained())
         .await
         .is_err()
     {
@@ -210,7 +234,6 @@ pub async fn serve_with_console(
             "grace period over with sagas still in flight; they resume from their persisted state"
         );
     }
-    served
 }
 
 /// Waits for the console's task (it ends at shutdown) and logs how it

@@ -69,11 +69,13 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut settings = config.engine.settings(config.listen)?;
     settings.retention = retention;
-    log_retention(
-        &config.engine,
-        &settings.retention,
-        definition.steps().len(),
-    );
+    let limits = config.engine.call_limits(definition.steps().len());
+    let history = match config.history_retention {
+        Some(history) => limits.check_history_retention(history)?,
+        None => limits.default_history_retention(),
+    };
+    settings.retention.retry_window = Some(orchestrator::retention::retry_window(&limits, history));
+    log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
     orchestrator::serve_with_console(
         store,
@@ -92,18 +94,17 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
 /// participants: their `--history-retention` must be at least the minimum
 /// computed from this instance's limits.
 fn log_retention(
-    engine: &orchestrator::config::EngineConfig,
+    limits: &service_kit::retention::CallLimits,
     retention: &orchestrator::retention::RetentionSettings,
-    steps: usize,
 ) {
     use service_kit::retention::format_duration;
-    let limits = engine.call_limits(steps);
     tracing::info!(
         saga_retention = retention
             .saga_retention
             .map_or("off".to_owned(), format_duration),
         archive_dir = ?retention.archive_dir,
         participants_history_retention_at_least = format_duration(limits.minimum_history_retention()),
+        failed_sagas_retryable_for = retention.retry_window.map_or("ever".to_owned(), format_duration),
         %limits,
         "retention: finished sagas expire after the saga retention (the idempotency window of CreateOrder)"
     );

@@ -33,16 +33,35 @@ pub struct RetentionSettings {
     pub archive_dir: Option<PathBuf>,
     /// How often the purge runs (and the store gauges are refreshed).
     pub purge_interval: Duration,
+    /// How long after its creation a FAILED saga may be retried: the
+    /// participants' history retention less the time a retry's calls may
+    /// take ([`retry_window`]). Past it their records of the saga's steps
+    /// may be gone, and a refund or restock could no longer tell "done"
+    /// from "never done", so RetrySaga refuses. `None`: no limit.
+    pub retry_window: Option<Duration>,
 }
 
 impl Default for RetentionSettings {
     fn default() -> Self {
+        let limits = service_kit::retention::CallLimits::default();
         RetentionSettings {
             saga_retention: Some(service_kit::retention::DEFAULT_SAGA_RETENTION),
             archive_dir: None,
             purge_interval: service_kit::retention::DEFAULT_PURGE_INTERVAL,
+            retry_window: Some(retry_window(&limits, limits.default_history_retention())),
         }
     }
+}
+
+/// How long after its creation a FAILED saga can still be retried safely,
+/// given the orchestrator's `limits` and the participants' `history`
+/// retention: a saga's first participant record is written no earlier than
+/// the saga, and lives `history`; a retry re-sends calls for up to the
+/// longest span one request id's calls may take (the minimum history
+/// retention), all of which must reach a participant that still holds the
+/// records.
+pub fn retry_window(limits: &service_kit::retention::CallLimits, history: Duration) -> Duration {
+    history.saturating_sub(limits.minimum_history_retention())
 }
 
 impl RetentionSettings {
@@ -202,6 +221,27 @@ pub fn describe() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With every default, a FAILED saga stays retryable for the
+    /// participants' default history retention (7 days) less the 27 min a
+    /// retry's calls may take; a history retention at the minimum leaves
+    /// no window at all.
+    #[test]
+    fn the_retry_window_is_the_history_retention_less_a_retrys_span() {
+        let limits = service_kit::retention::CallLimits::default();
+        assert_eq!(
+            limits.minimum_history_retention(),
+            Duration::from_secs(27 * 60)
+        );
+        assert_eq!(
+            RetentionSettings::default().retry_window,
+            Some(Duration::from_secs(7 * 24 * 3600 - 27 * 60))
+        );
+        assert_eq!(
+            retry_window(&limits, limits.minimum_history_retention()),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn days_are_utc_calendar_dates() {

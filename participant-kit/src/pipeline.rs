@@ -183,6 +183,7 @@ impl Kit {
             .add_service(faults::service_with(self.faults.clone(), &self.options));
         let routes = service_kit::server::with_standard_services(
             routes,
+            saga_proto::FILE_DESCRIPTOR_SET,
             &[service, history_service::SERVICE_NAME, faults::SERVICE_NAME],
             self.options.max_request_bytes,
         )

@@ -34,8 +34,10 @@ pub const DEFAULT_RETRY_MAX_DELAY_MS: u64 = 2_000;
 /// How long the orchestrator waits for a connection to a participant
 /// before a call's own deadline starts (not configurable).
 pub const PARTICIPANT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Steps of the order saga (payment, inventory).
-pub const ORDER_SAGA_STEPS: u32 = 2;
+/// Steps of the longest saga the orchestrator runs by default (its order
+/// saga has two). Only the count matters here — a step's compensation waits
+/// for every later step — so the runtime knows a number, not a saga.
+pub const DEFAULT_SAGA_STEPS: u32 = 2;
 /// Finished sagas are kept this long by default (7 days).
 pub const DEFAULT_SAGA_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// A participant's default history retention is at least this multiple of
@@ -77,7 +79,7 @@ impl Default for CallLimits {
             step_deadline: Duration::from_millis(DEFAULT_STEP_DEADLINE_MS),
             lease_ttl: Duration::from_millis(DEFAULT_LEASE_TTL_MS),
             retry_max_delay: Duration::from_millis(DEFAULT_RETRY_MAX_DELAY_MS),
-            steps: ORDER_SAGA_STEPS,
+            steps: DEFAULT_SAGA_STEPS,
         }
     }
 }

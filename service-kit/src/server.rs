@@ -196,15 +196,18 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 /// Adds reflection and health to `routes`, each accepting requests of at
 /// most `max_request_bytes`, and marks every `served` service as serving.
 /// Reflection advertises the `served` services and health — not every
-/// service in the shared descriptor set.
+/// service in `descriptors` (the encoded file descriptor set the services'
+/// protos were compiled into; the runtime takes it as a value so it knows
+/// no service's proto).
 pub async fn with_standard_services(
     routes: Routes,
+    descriptors: &'static [u8],
     served: &[&'static str],
     max_request_bytes: usize,
 ) -> Result<Routes, ServeError> {
     let reflection = || {
         let mut builder = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(saga_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(descriptors)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .with_service_name("grpc.health.v1.Health");
         for name in served {

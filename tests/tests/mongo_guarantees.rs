@@ -346,6 +346,61 @@ async fn older_sagas_get_their_claimable_time_and_an_undecodable_one_is_skipped(
     assert_eq!(ids(own), ["old-expired", "old-held"]);
 }
 
+/// A saga stored by the first version — no lease at all (no `saga.lease`,
+/// no `lease_owner`, no `claimable_after_ms`) — is claimable at once when a
+/// later version opens the store, and the index that version's recovery
+/// scan used (`status_updated`, replaced by `claimable_after_ms`) is
+/// dropped: no query uses it and it would cost every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_stored_before_leases_existed_is_claimable_and_the_old_index_goes() {
+    use orchestrator::store::{MongoSagaStore, SagaStore};
+    let Some(target) = mongo() else { return };
+    let db = fresh_database(&target, "orchestrator").await;
+    let store = MongoSagaStore::open(db.clone()).await.expect("open");
+    store
+        .create(&leased_saga("pre-lease", "a", 5_000))
+        .await
+        .expect("create");
+    let sagas = db.collection::<Document>("sagas");
+    sagas
+        .update_one(
+            doc! { "_id": "pre-lease" },
+            doc! { "$unset": { "saga.lease": "", "lease_owner": "", "claimable_after_ms": "" } },
+        )
+        .await
+        .expect("unset");
+    sagas
+        .create_index(mongo_client::index(
+            "status_updated",
+            doc! { "status": 1, "updated_at_ms": 1 },
+            false,
+        ))
+        .await
+        .expect("old index");
+
+    let store = MongoSagaStore::open(db.clone()).await.expect("reopen");
+    let stored = store.get("pre-lease").await.expect("get").expect("stored");
+    assert_eq!(stored.lease, None, "no lease was invented");
+    let doc = sagas
+        .find_one(doc! { "_id": "pre-lease" })
+        .await
+        .expect("find")
+        .expect("stored");
+    assert_eq!(doc.get_i64("claimable_after_ms").ok(), Some(0));
+    let claimable = store.claimable(100, None, 10).await.expect("claimable");
+    let ids: Vec<_> = claimable.into_iter().map(|s| s.saga_id).collect();
+    assert_eq!(ids, ["pre-lease"]);
+    let names = sagas.list_index_names().await.expect("indexes");
+    assert!(
+        !names.iter().any(|n| n == "status_updated"),
+        "the replaced index is dropped: {names:?}"
+    );
+    for index in orchestrator::store::mongo_indexes() {
+        let name = index.options.and_then(|o| o.name).expect("named");
+        assert!(names.contains(&name), "{name} created: {names:?}");
+    }
+}
+
 /// The saga store tells a failure that passes from one that will not:
 /// a write conflict or a dropped connection is `Unavailable` (the executor
 /// waits it out), a validation failure is `Rejected` (reported, not

@@ -228,12 +228,13 @@ impl SagaStep for BrokenCompensation {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
-    let stack = Stack::without_orchestrator().await;
-    stack.deposit("alice", 1_000).await;
-    stack.add_stock("sku-pear", 3).await;
-    let broken = Arc::new(AtomicBool::new(true));
+/// An orchestrator over `stack` whose compensations fail while `broken`,
+/// with `retry_window` (see `RetentionSettings::retry_window`).
+async fn orchestrator_with_broken_compensations(
+    stack: &Stack,
+    broken: &Arc<AtomicBool>,
+    retry_window: Option<Duration>,
+) -> saga_tests::Running {
     let steps = saga_tests::participants(stack.payment.addr, stack.inventory.addr)
         .steps()
         .into_iter()
@@ -249,13 +250,20 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
     retry.compensation_attempts = 3;
     let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let port = listener.local_addr().expect("addr").port();
-    let orchestrator = saga_tests::serve_orchestrator_with(
-        stack.storage.clone(),
-        definition,
-        saga_tests::test_settings(retry, port),
-        listener,
-    )
-    .await;
+    let mut settings = saga_tests::test_settings(retry, port);
+    settings.retention.retry_window = retry_window;
+    saga_tests::serve_orchestrator_with(stack.storage.clone(), definition, settings, listener).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
+    let stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-pear", 3).await;
+    let broken = Arc::new(AtomicBool::new(true));
+    let orchestrator =
+        orchestrator_with_broken_compensations(&stack, &broken, Some(Duration::from_secs(3600)))
+            .await;
     let mut sagas = pb::saga_service_client::SagaServiceClient::new(
         saga_tests::channel(orchestrator.addr).await,
     );
@@ -338,6 +346,51 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
         .await
         .expect_err("unknown");
     assert_eq!(missing.code(), tonic::Code::NotFound);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
+/// Past the retry window (the participants' history retention less the
+/// time a retry's calls take) their records of a saga's steps may be gone,
+/// and a refund could not tell "done" from "never done": RetrySaga refuses
+/// with FAILED_PRECONDITION naming the window, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
+    let stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-pear", 3).await;
+    let broken = Arc::new(AtomicBool::new(true));
+    let window = Duration::from_millis(300);
+    let orchestrator = orchestrator_with_broken_compensations(&stack, &broken, Some(window)).await;
+    let saga_id = create(orchestrator.addr, "too-late-1", &[("sku-pear", 5, 100)]).await;
+    let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(failed.status(), pb::SagaStatus::Failed);
+    let created_ms = failed.created_at.as_ref().expect("created_at").seconds * 1000
+        + i64::from(failed.created_at.as_ref().expect("created_at").nanos / 1_000_000);
+    let window_ms = i64::try_from(window.as_millis()).expect("ms");
+    while service_kit::time::now_ms() <= created_ms + window_ms {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broken.store(false, Ordering::SeqCst);
+    let mut sagas = pb::saga_service_client::SagaServiceClient::new(
+        saga_tests::channel(orchestrator.addr).await,
+    );
+    let refused = sagas
+        .retry_saga(pb::RetrySagaRequest {
+            saga_id: saga_id.clone(),
+        })
+        .await
+        .expect_err("past the retry window");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("retry window") && refused.message().contains("300ms"),
+        "{}",
+        refused.message()
+    );
+    let after = saga(orchestrator.addr, &saga_id).await;
+    assert_eq!(after.status(), pb::SagaStatus::Failed);
+    assert_eq!(after.version, failed.version, "nothing was written");
+    assert_eq!(stack.balance("alice").await, 500, "no refund was sent");
     orchestrator.stop().await;
     stack.stop().await;
 }

@@ -38,6 +38,7 @@ fn sagas(archive: Option<&Path>) -> RetentionSettings {
         saga_retention: Some(SAGA_RETENTION),
         archive_dir: archive.map(Path::to_path_buf),
         purge_interval: PURGE_INTERVAL,
+        retry_window: None,
     }
 }
 

@@ -52,6 +52,12 @@ pub const SHARD_KEY: mongo_client::ShardKey = mongo_client::ShardKey {
     field: "request_id",
 };
 
+/// Indexes of `sagas` that earlier versions created and [`indexes`]
+/// replaced: dropped at open, since no query uses them and each would cost
+/// every write (`status_updated` served the recovery scan before
+/// `claimable_after_ms`).
+pub const REPLACED_INDEXES: &[&str] = &["status_updated"];
+
 /// The indexes of `sagas` (created at open): unique by request id;
 /// newest-first listing, optionally by status, by customer or both; counts
 /// by status; recovery by `claimable_after_ms` (and owner).
@@ -104,7 +110,7 @@ impl MongoSagaStore {
     /// [`MongoSagaStore::open`] keeping finished sagas as `retention` says.
     pub async fn open_with(db: Database, retention: SagaRetention) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
-        sagas.create_indexes(indexes()).await?;
+        mongo_client::ensure_indexes(&sagas, indexes(), REPLACED_INDEXES).await?;
         backfill_customer_ids(&sagas).await?;
         backfill_claimable(&sagas).await?;
         backfill_expire_at(&sagas, &retention).await?;

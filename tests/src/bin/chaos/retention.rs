@@ -65,7 +65,7 @@ fn limits(backend: Backend) -> CallLimits {
             + retry_max_delay * 2
             + Duration::from_millis(100),
         retry_max_delay,
-        steps: service_kit::retention::ORDER_SAGA_STEPS,
+        steps: service_kit::retention::DEFAULT_SAGA_STEPS,
     }
 }
 
