@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-
 /// Where a saga's driver sends its final state (see
 /// [`Executor::spawn_reporting`]).
 type Finished = tokio::sync::oneshot::Receiver<Saga>;
