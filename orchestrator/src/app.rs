@@ -17,6 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Where a saga's driver sends its final state (see
+/// [`Executor::spawn_reporting`]).
+type Finished = tokio::sync::oneshot::Receiver<Saga>;
+
 /// A validated CreateOrder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOrder {
@@ -215,23 +219,21 @@ impl Orchestrator {
                 None => Err(AppError::Saturated(self.executor.max_in_flight())),
             };
         };
-        // Subscribed before the saga can change, so a waiter misses nothing.
-        let mut watcher = wait_until.map(|_| Watcher::new(self.hub.clone(), &saga.saga_id));
-        match self.insert_and_start(saga.clone(), slot).await? {
+        let (created, finished) = self
+            .insert_and_start(saga.clone(), slot, wait_until.is_some())
+            .await?;
+        match created {
             Created::New => {
-                let saga = match (wait_until, watcher.as_mut()) {
-                    (Some(deadline), Some(watcher)) => self.wait(saga, watcher, deadline).await,
-                    _ => saga,
+                let saga = match wait_until {
+                    Some(deadline) => self.wait_for_driver(saga, finished, deadline).await,
+                    None => saga,
                 };
                 Ok(Placed {
                     saga,
                     created: true,
                 })
             }
-            Created::Existing(existing) => {
-                drop(watcher);
-                self.duplicate(*existing, &saga, wait_until).await
-            }
+            Created::Existing(existing) => self.duplicate(*existing, &saga, wait_until).await,
         }
     }
 
@@ -241,16 +243,29 @@ impl Orchestrator {
     /// drops the request's future, and had the insert and the start been
     /// awaited there, a saga stored but never started would wait for its
     /// own lease to expire before the recovery sweep picked it up.
-    async fn insert_and_start(&self, saga: Saga, slot: Slot) -> Result<Created, AppError> {
+    ///
+    /// With `report`, the driver of a new saga also sends its final state
+    /// on the returned channel (see [`Executor::spawn_reporting`]).
+    async fn insert_and_start(
+        &self,
+        saga: Saga,
+        slot: Slot,
+        report: bool,
+    ) -> Result<(Created, Option<Finished>), AppError> {
         let (store, executor) = (self.store.clone(), self.executor.clone());
         let task = tokio::spawn(async move {
             let created = store.create(&saga).await?;
+            let mut finished = None;
             if created == Created::New {
                 tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
                 metrics::counter!("sagas_started_total").increment(1);
-                executor.spawn(saga, slot);
+                if report {
+                    finished = executor.spawn_reporting(saga, slot);
+                } else {
+                    executor.spawn(saga, slot);
+                }
             }
-            Ok::<_, StoreError>(created)
+            Ok::<_, StoreError>((created, finished))
         });
         match task.await {
             Ok(created) => Ok(created?),
@@ -288,6 +303,38 @@ impl Orchestrator {
             saga,
             created: false,
         })
+    }
+
+    /// Waits for the driver of a saga this call created to report its final
+    /// state. If the driver stops early (superseded, shutting down) the
+    /// wait goes on through the hub and the store; at the deadline it
+    /// answers with the latest stored state.
+    async fn wait_for_driver(
+        &self,
+        created: Saga,
+        finished: Option<Finished>,
+        deadline: Instant,
+    ) -> Saga {
+        if let Some(finished) = finished {
+            tokio::select! {
+                done = finished => if let Ok(saga) = done {
+                    return saga;
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    return match self.store.get(&created.saga_id).await {
+                        Ok(Some(stored)) if stored.version > created.version => stored,
+                        _ => created,
+                    };
+                }
+            }
+        }
+        // Subscribe before reading, so no change between the two is missed.
+        let mut watcher = Watcher::new(self.hub.clone(), &created.saga_id);
+        let latest = match self.store.get(&created.saga_id).await {
+            Ok(Some(stored)) if stored.version > created.version => stored,
+            _ => created,
+        };
+        self.wait(latest, &mut watcher, deadline).await
     }
 
     async fn wait(&self, mut saga: Saga, watcher: &mut Watcher, deadline: Instant) -> Saga {

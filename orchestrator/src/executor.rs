@@ -29,7 +29,7 @@ use service_kit::time::now_ms;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::Instrument;
 
 /// Attempt budgets and backoff bounds.
@@ -217,6 +217,30 @@ impl Executor {
     /// own task, holding `slot` until it ends, so it continues whatever the
     /// caller does. Returns false if this process is already driving it.
     pub fn spawn(self: &Arc<Self>, saga: Saga, slot: Slot) -> bool {
+        self.start(saga, slot, None)
+    }
+
+    /// [`Executor::spawn`], and the saga's final state is sent on the
+    /// returned channel when the driver ends it (dropped unsent if the
+    /// driver stops early: superseded, shutting down). A waiting
+    /// CreateOrder awaits this instead of following every step through the
+    /// hub: one wake-up per saga instead of one per step. None if this
+    /// process is already driving the saga.
+    pub fn spawn_reporting(
+        self: &Arc<Self>,
+        saga: Saga,
+        slot: Slot,
+    ) -> Option<oneshot::Receiver<Saga>> {
+        let (done, finished) = oneshot::channel();
+        self.start(saga, slot, Some(done)).then_some(finished)
+    }
+
+    fn start(
+        self: &Arc<Self>,
+        saga: Saga,
+        slot: Slot,
+        done: Option<oneshot::Sender<Saga>>,
+    ) -> bool {
         if let Ok(mut driving) = self.driving.lock()
             && !driving.insert(saga.saga_id.clone())
         {
@@ -236,7 +260,10 @@ impl Executor {
                     Ok(saga) => {
                         metrics::counter!("sagas_finished_total", "status" => saga.status.as_str())
                             .increment(1);
-                        tracing::info!(status = saga.status.as_str(), "saga finished")
+                        tracing::info!(status = saga.status.as_str(), "saga finished");
+                        if let Some(done) = done {
+                            let _ = done.send(saga);
+                        }
                     }
                     Err(DriveError::ShuttingDown) => tracing::info!("saga paused for shutdown"),
                     Err(error @ DriveError::UnknownStep(_)) => {
