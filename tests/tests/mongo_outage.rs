@@ -389,16 +389,31 @@ async fn saga_through_an_outage(uri_options: &str, refused_during_outage: bool) 
         .expect("payment's store open within 30 s of the outage's end")
         .expect("payment's start-up did not panic");
     let payment_back = outage_started.elapsed();
-    let third = orders
-        .create_order(order_request(
-            "outage-3",
-            "alice",
-            &[("sku-apple", 1, 100)],
-            false,
-        ))
-        .await
-        .expect("create third after the outage")
-        .into_inner();
+    // Sent again as a client does after UNAVAILABLE: until it is answered
+    // (the orchestrator's driver sees MongoDB back at its next check,
+    // which may come after payment's did).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let third = loop {
+        let sent = orders
+            .create_order(order_request(
+                "outage-3",
+                "alice",
+                &[("sku-apple", 1, 100)],
+                false,
+            ))
+            .await;
+        match sent {
+            Ok(reply) => break reply.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                assert!(
+                    Instant::now() < deadline,
+                    "create third 30 s after the outage: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("create third after the outage: {status:?}"),
+        }
+    };
     match &third_acknowledged {
         Some(saga_id) => {
             assert_eq!(&third.saga_id, saga_id);
