@@ -71,6 +71,32 @@ impl Running {
     }
 }
 
+/// A server task that already ended by panicking (each server task panics
+/// with the error `serve` returned) fails the test when its handle is
+/// dropped without [`Running::stop`]: the failure surfaces even if the
+/// test never stops the service. Never blocks: a task still running is
+/// left as it is, and a test already panicking is not panicked again.
+impl Drop for Running {
+    fn drop(&mut self) {
+        use futures::FutureExt;
+        if std::thread::panicking() {
+            return;
+        }
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        if !task.is_finished() {
+            return;
+        }
+        // Finished, so one poll yields its result without waiting.
+        if let Some(Err(error)) = task.now_or_never()
+            && error.is_panic()
+        {
+            panic!("the service at {} failed: {error}", self.addr);
+        }
+    }
+}
+
 /// Which service to start and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
@@ -741,5 +767,63 @@ pub async fn wait_terminal(addr: SocketAddr, saga_id: &str, timeout: Duration) -
             "saga {saga_id} not terminal: {s:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(task: JoinHandle<()>) -> Running {
+        Running {
+            addr: any_port(),
+            shutdown: Shutdown::new(),
+            task: Some(task),
+        }
+    }
+
+    /// Waits (10 s at most) until `task` has ended.
+    async fn ended(task: &JoinHandle<()>) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !task.is_finished() {
+            assert!(tokio::time::Instant::now() < deadline, "task still running");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "failed: task")]
+    async fn dropping_a_service_whose_server_panicked_fails_the_test() {
+        let task = tokio::spawn(async { panic!("payment serve: bind error") });
+        ended(&task).await;
+        drop(running(task));
+    }
+
+    #[tokio::test]
+    async fn dropping_a_service_still_serving_or_ended_cleanly_does_not_block_or_fail() {
+        let serving = running(tokio::spawn(std::future::pending()));
+        let started = std::time::Instant::now();
+        drop(serving);
+        assert!(started.elapsed() < Duration::from_secs(5), "Drop blocked");
+        let task = tokio::spawn(async {});
+        ended(&task).await;
+        drop(running(task));
+    }
+
+    #[tokio::test]
+    async fn a_test_already_panicking_is_not_panicked_again() {
+        let task = tokio::spawn(async { panic!("serve failed") });
+        ended(&task).await;
+        let service = running(task);
+        // Dropped while unwinding: a second panic would abort the process.
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _service = service;
+            panic!("the test's own failure");
+        }));
+        let payload = unwound.expect_err("the test's panic");
+        assert_eq!(
+            payload.downcast_ref::<&str>(),
+            Some(&"the test's own failure")
+        );
     }
 }

@@ -21,8 +21,11 @@
 //!   unwinds: SIGTERM to its process group, SIGKILL after 5 s; and SIGKILLed
 //!   when this process dies ([`crate::process::spawn_tied`]).
 //! - **Outages with the data kept.** [`MongoServer::outage`] stops the
-//!   server and starts it again on the same port and storage path. By hand:
-//!   [`MongoServer::stop`], then [`MongoServer::start_again`].
+//!   server and starts it again on the same port and storage path after a
+//!   fixed time; [`MongoServer::begin_outage`] and
+//!   [`MongoServer::end_outage`] hold it down for as long as the test needs
+//!   (until it has seen what it tests). By hand: [`MongoServer::stop`],
+//!   then [`MongoServer::start_again`].
 
 use crate::process;
 use std::fs::OpenOptions;
@@ -267,6 +270,39 @@ impl MongoServer {
             std::thread::sleep(length.saturating_sub(began.elapsed()));
             Running::spawn(&options).map(|(running, _)| running)
         }));
+        Ok(())
+    }
+
+    /// Makes the server unreachable (connections closed, port refused),
+    /// keeping its data, until [`MongoServer::end_outage`]; returns once it
+    /// is down. The test decides when the outage ends: once it has seen
+    /// what the outage is for.
+    pub async fn begin_outage(&mut self) -> Result<(), String> {
+        let running = match std::mem::replace(&mut self.state, State::Down) {
+            State::Up(running) => running,
+            other => {
+                self.state = other;
+                return Err(format!("{NAME} is not up"));
+            }
+        };
+        tokio::task::spawn_blocking(move || drop(running))
+            .await
+            .map_err(|e| format!("stopping {NAME}: {e}"))
+    }
+
+    /// Ends an outage begun by [`MongoServer::begin_outage`]: starts the
+    /// server again on the same port and storage path and returns once it
+    /// accepts connections.
+    pub async fn end_outage(&mut self) -> Result<(), String> {
+        if !matches!(self.state, State::Down) {
+            return Err(format!("{NAME} is not down"));
+        }
+        let options = self.options.clone();
+        let running = tokio::task::spawn_blocking(move || Running::spawn(&options))
+            .await
+            .map_err(|e| format!("starting {NAME} again: {e}"))??
+            .0;
+        self.state = State::Up(running);
         Ok(())
     }
 }

@@ -1,5 +1,9 @@
 //! Bad input gets INVALID_ARGUMENT naming the field, and nothing is stored.
 
+use saga_proto::inventory::v1 as inventory;
+use saga_proto::participant::v1 as participant;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
+use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as pb;
 use saga_tests::{Stack, order_request};
 use tonic::Code;
@@ -127,6 +131,183 @@ async fn bad_create_orders_name_the_field_and_store_nothing() {
         .into_inner();
     assert_eq!(listed.sagas.len(), 2, "only the valid orders were stored");
     assert_eq!(stack.balance("alice").await, 900, "the 128-byte order");
+    assert_eq!(stack.stock("sku-apple").await, 9);
+    stack.stop().await;
+}
+
+/// Asserts `result` is INVALID_ARGUMENT naming exactly `field`, refused
+/// for its length in bytes (130: 65 two-byte characters).
+fn refused_as_too_long<T: std::fmt::Debug>(
+    rpc: &str,
+    field: &str,
+    result: Result<tonic::Response<T>, tonic::Status>,
+) {
+    let err = result.expect_err(rpc);
+    assert_eq!(err.code(), Code::InvalidArgument, "{rpc} {field}: {err:?}");
+    let named = err.message().split(':').next().unwrap_or_default();
+    assert_eq!(named, field, "{rpc}: {}", err.message());
+    assert!(
+        err.message().contains("got 130"),
+        "{rpc} {field}: refused for its 130 bytes: {}",
+        err.message()
+    );
+}
+
+/// Every participant RPC that takes an id refuses one of 65 characters
+/// whose UTF-8 form is 130 bytes (the limit is 128 bytes, not 128
+/// characters) with INVALID_ARGUMENT naming the field, and nothing moves
+/// or is recorded; ids of 128 and 100 bytes of the same characters are
+/// accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_rpcs_refuse_ids_over_128_bytes_of_multibyte_characters() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let wide = "é".repeat(65);
+    assert_eq!((wide.chars().count(), wide.len()), (65, 130));
+    let mut payments = stack.payments().await;
+    let mut stock = stack.inventory().await;
+    for (request_id, customer_id, field) in [
+        (wide.as_str(), "alice", "request_id"),
+        ("bad-1", wide.as_str(), "customer_id"),
+    ] {
+        let (request_id, customer_id) = (request_id.to_owned(), customer_id.to_owned());
+        let charge = payment::ChargeRequest {
+            request_id: request_id.clone(),
+            customer_id: customer_id.clone(),
+            amount_cents: 100,
+        };
+        refused_as_too_long("Charge", field, payments.charge(charge).await);
+        let refund = payment::RefundRequest {
+            request_id: request_id.clone(),
+            customer_id: customer_id.clone(),
+            amount_cents: 100,
+        };
+        refused_as_too_long("Refund", field, payments.refund(refund).await);
+        let deposit = payment::DepositRequest {
+            request_id,
+            customer_id,
+            amount_cents: 100,
+        };
+        refused_as_too_long("Deposit", field, payments.deposit(deposit).await);
+    }
+    refused_as_too_long(
+        "GetAccount",
+        "customer_id",
+        payments
+            .get_account(payment::GetAccountRequest {
+                customer_id: wide.clone(),
+                operation_limit: 0,
+            })
+            .await,
+    );
+
+    let line = |product_id: &str| inventory::Line {
+        product_id: product_id.into(),
+        quantity: 1,
+    };
+    for (request_id, lines, field) in [
+        (wide.as_str(), vec![line("sku-apple")], "request_id"),
+        ("bad-2", vec![line(&wide)], "lines[0].product_id"),
+        (
+            "bad-3",
+            vec![line("sku-apple"), line(&wide)],
+            "lines[1].product_id",
+        ),
+    ] {
+        let deduct = inventory::DeductRequest {
+            request_id: request_id.into(),
+            lines: lines.clone(),
+        };
+        refused_as_too_long("Deduct", field, stock.deduct(deduct).await);
+        let restock = inventory::RestockRequest {
+            request_id: request_id.into(),
+            lines,
+        };
+        refused_as_too_long("Restock", field, stock.restock(restock).await);
+    }
+    for (request_id, product_id, field) in [
+        (wide.as_str(), "sku-apple", "request_id"),
+        ("bad-4", wide.as_str(), "product_id"),
+    ] {
+        let add = inventory::AddStockRequest {
+            request_id: request_id.into(),
+            product_id: product_id.into(),
+            quantity: 1,
+        };
+        refused_as_too_long("AddStock", field, stock.add_stock(add).await);
+    }
+    refused_as_too_long(
+        "GetProduct",
+        "product_id",
+        stock
+            .get_product(inventory::GetProductRequest {
+                product_id: wide.clone(),
+                operation_limit: 0,
+            })
+            .await,
+    );
+    for addr in [stack.payment.addr, stack.inventory.addr] {
+        let mut history = OperationHistoryServiceClient::new(saga_tests::channel(addr).await);
+        refused_as_too_long(
+            "ListOperations",
+            "request_id",
+            history
+                .list_operations(participant::ListOperationsRequest {
+                    request_id: wide.clone(),
+                })
+                .await,
+        );
+    }
+
+    // Nothing moved, nothing was recorded: alice's and the apples' only
+    // records are still the seeding ones.
+    let account = payments
+        .get_account(payment::GetAccountRequest {
+            customer_id: "alice".into(),
+            operation_limit: 100,
+        })
+        .await
+        .expect("account")
+        .into_inner();
+    assert_eq!(account.balance_cents, 1_000);
+    assert_eq!(account.recent_operations.len(), 1, "{account:?}");
+    let product = stock
+        .get_product(inventory::GetProductRequest {
+            product_id: "sku-apple".into(),
+            operation_limit: 100,
+        })
+        .await
+        .expect("product")
+        .into_inner();
+    assert_eq!(product.available, 10);
+    assert_eq!(product.recent_operations.len(), 1, "{product:?}");
+
+    // 128 bytes (64 characters) is still an id, and so is 100 bytes.
+    let id_128 = "é".repeat(64);
+    let id_100 = "é".repeat(50);
+    let charged = payments
+        .charge(payment::ChargeRequest {
+            request_id: id_128.clone(),
+            customer_id: "alice".into(),
+            amount_cents: 100,
+        })
+        .await
+        .expect("a 128-byte request id")
+        .into_inner();
+    assert_eq!(charged.balance_cents, 900);
+    stock
+        .deduct(inventory::DeductRequest {
+            request_id: id_128,
+            lines: vec![line("sku-apple")],
+        })
+        .await
+        .expect("a 128-byte request id");
+    stack.deposit(&id_100, 50).await;
+    assert_eq!(stack.balance(&id_100).await, 50, "a 100-byte customer id");
+    stack.add_stock(&id_100, 5).await;
+    assert_eq!(stack.stock(&id_100).await, 5, "a 100-byte product id");
+    assert_eq!(stack.balance("alice").await, 900);
     assert_eq!(stack.stock("sku-apple").await, 9);
     stack.stop().await;
 }

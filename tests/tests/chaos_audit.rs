@@ -1,12 +1,14 @@
 //! The chaos soak's audit misses nothing: a small embedded run with two
 //! orchestrators is kept, its unchanged stores pass `chaos --audit-only`,
 //! and then defects are planted, one per copy of the run, straight into
-//! the SQLite files — a duplicated operationHistory row (the table rebuilt
-//! without its primary key, which is the only way one can exist), an
-//! applied charge whose request id belongs to no saga, a negative balance,
-//! a saga history with a version written twice, a version written by an
-//! instance that never claimed the saga. Each must make the audit fail,
-//! naming the defect.
+//! the SQLite files — a duplicated charge row and a duplicated deduct row
+//! (the table rebuilt without its primary key, which is the only way one
+//! can exist), an applied charge whose request id belongs to no saga, a
+//! negative balance, a negative stock, a saga history with a version
+//! written twice, a version written by an instance that never claimed the
+//! saga, a balance off by one cent, a COMPLETED saga without its deduct, a
+//! restock with no deduct. Each must make the audit fail, naming the
+//! defect.
 
 use rusqlite::Connection;
 use saga_tests::process;
@@ -275,6 +277,35 @@ fn the_audit_of_a_kept_run_fails_on_every_planted_defect() {
         "a negative balance",
         "balances and stock never negative",
         "negative balance of chaos-customer-03: -7",
+    );
+
+    // A negative stock (past the CHECK constraint, as only a planted copy
+    // can).
+    let dir = tmp.path().join("negative-stock");
+    copy_run(&kept, &dir);
+    let inv = db(&dir, "inventory");
+    let product: String = inv
+        .query_row(
+            "SELECT product_id FROM products ORDER BY product_id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a product");
+    inv.execute_batch("PRAGMA ignore_check_constraints = ON")
+        .expect("pragma");
+    let planted = inv
+        .execute(
+            "UPDATE products SET available = -5 WHERE product_id = ?1",
+            [&product],
+        )
+        .expect("plant the negative stock");
+    assert_eq!(planted, 1);
+    drop(inv);
+    audit_fails(
+        &dir,
+        "a negative stock",
+        "balances and stock never negative",
+        &format!("negative stock of {product}: -5"),
     );
 
     // A saga whose history holds version 1 again after its last version.

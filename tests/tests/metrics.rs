@@ -3,7 +3,8 @@
 //! This test binary installs the process-wide Prometheus recorder
 //! (`service_kit::metrics::serve_metrics`) on a free port; the three
 //! in-process services of a [`Stack`] record into it. A known mix of sagas
-//! and direct participant calls is run, `GET /metrics` is fetched with a
+//! and direct participant calls is run (and saga RPCs without the service
+//! token sent to participants that require one), `GET /metrics` is fetched with a
 //! minimal HTTP/1.1 client, the text exposition format is parsed, and the
 //! counters are checked for their exact values.
 //!
@@ -421,7 +422,112 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
         );
     }
 
+    unauthenticated_saga_calls_are_counted(addr, &m).await;
     stack.stop().await;
+}
+
+/// With a service token set, every saga RPC refused for its token (none,
+/// or a wrong one) adds one to `participant_unauthenticated_total{rpc}`,
+/// and nothing to the operations counted.
+async fn unauthenticated_saga_calls_are_counted(addr: SocketAddr, m: &Scrape) {
+    use saga_proto::inventory::v1 as inventory;
+    use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+    use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
+    use service_kit::auth::{Role, TokenAuth};
+
+    let token = "metrics-service-token-0123456789";
+    let before = scrape(addr).await;
+    assert_eq!(
+        before.sum("participant_unauthenticated_total", &[]),
+        0.0,
+        "nothing refused for its token yet:\n{}",
+        before.text
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let start = |service| {
+        let options = service_kit::server::ServeOptions::default()
+            .with_service(TokenAuth::with_token_for(Role::Service, token).expect("token"));
+        saga_tests::start_participant_with(
+            service,
+            dir.path(),
+            std::sync::Arc::new(participant_kit::faults::Faults::disabled()),
+            options,
+            None,
+        )
+    };
+    let pay = start(saga_tests::Service::Payment).await;
+    let inv = start(saga_tests::Service::Inventory).await;
+    let wrong = "metrics-service-token-0123456788";
+    let callers = [
+        TokenAuth::open_for(Role::Service),
+        TokenAuth::with_token_for(Role::Service, wrong).expect("token"),
+    ];
+    fn unauthenticated<T: std::fmt::Debug>(result: Result<T, tonic::Status>) {
+        let status = result.expect_err("refused for its token");
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    }
+    for auth in callers {
+        let channel = saga_tests::channel(pay.addr).await;
+        let mut payments = PaymentServiceClient::with_interceptor(channel, auth.clone());
+        let charge = payment::ChargeRequest {
+            request_id: "u-1".into(),
+            customer_id: "alice".into(),
+            amount_cents: 1,
+        };
+        unauthenticated(payments.charge(charge).await);
+        let refund = payment::RefundRequest {
+            request_id: "u-1".into(),
+            customer_id: "alice".into(),
+            amount_cents: 1,
+        };
+        unauthenticated(payments.refund(refund).await);
+        let channel = saga_tests::channel(inv.addr).await;
+        let mut stock = InventoryServiceClient::with_interceptor(channel, auth);
+        let lines = vec![inventory::Line {
+            product_id: "sku-apple".into(),
+            quantity: 1,
+        }];
+        let deduct = inventory::DeductRequest {
+            request_id: "u-2".into(),
+            lines: lines.clone(),
+        };
+        unauthenticated(stock.deduct(deduct).await);
+        let restock = inventory::RestockRequest {
+            request_id: "u-2".into(),
+            lines,
+        };
+        unauthenticated(stock.restock(restock).await);
+    }
+    // Counted before the refusal is sent, so one scrape sees them all.
+    let after = scrape(addr).await;
+    for rpc in ["charge", "refund", "deduct", "restock"] {
+        assert_eq!(
+            after.expect("participant_unauthenticated_total", &[("rpc", rpc)]),
+            2.0,
+            "{rpc}: no token, then a wrong one"
+        );
+    }
+    assert_eq!(
+        after.sum("participant_unauthenticated_total", &[]),
+        8.0,
+        "nothing else refused for its token:\n{}",
+        after.text
+    );
+    assert!(
+        after
+            .text
+            .contains("# HELP participant_unauthenticated_total "),
+        "participant_unauthenticated_total has no HELP text:\n{}",
+        after.text
+    );
+    assert_eq!(
+        after.sum("participant_operations_total", &[]),
+        m.sum("participant_operations_total", &[]),
+        "a refused call is no operation:\n{}",
+        after.text
+    );
+    pay.stop().await;
+    inv.stop().await;
 }
 
 #[test]

@@ -2,14 +2,16 @@
 //! (no panic). Mid-saga, the saga waits the outage out and completes, and
 //! nothing that was acknowledged is lost.
 //!
-//! Outages come from the MongoDB test server ([`MongoServer::outage`]:
-//! SecantusDB stopped and started again on the same port and storage —
-//! connections closed, port refused, data kept), so these tests need a test
-//! server: with a real MongoDB (`MONGODB_URI`) they only say so. Each test
-//! runs its own server process, so one test's outage never disturbs
-//! another test. Every wait is on a condition (connection attempts seen, a
-//! saga's state), never a fixed sleep. `RUST_LOG=info` shows the services'
-//! logs.
+//! Outages come from the MongoDB test server
+//! ([`MongoServer::begin_outage`]: SecantusDB stopped and started again on
+//! the same port and storage — connections closed, data kept), so these
+//! tests need a test server: with a real MongoDB (`MONGODB_URI`) they only
+//! say so. Each test runs its own server process, so one test's outage
+//! never disturbs another test. An outage lasts until the test has seen
+//! what it is about (the services' drivers retrying, a call answered
+//! UNAVAILABLE), never for a fixed time, and every other wait is on a
+//! condition (connection attempts seen, a saga's state), never a fixed
+//! sleep. `RUST_LOG=info` shows the services' logs.
 
 use bson::doc;
 use saga_proto::payment::v1 as payment;
@@ -70,9 +72,14 @@ struct DeadPort {
 
 impl DeadPort {
     async fn open() -> DeadPort {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        Self::open_on(0).await
+    }
+
+    /// On `port` of 127.0.0.1 (0: any), e.g. the port of a server that is
+    /// down, so its clients' attempts to reach it are counted.
+    async fn open_on(port: u16) -> DeadPort {
+        let listener =
+            saga_tests::listener(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
         let port = listener.local_addr().expect("addr").port();
         let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = attempts.clone();
@@ -87,6 +94,11 @@ impl DeadPort {
             attempts,
             task,
         }
+    }
+
+    /// How many connections were tried so far.
+    fn attempts(&self) -> usize {
+        self.attempts.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits until `n` connections were tried.
@@ -204,22 +216,35 @@ async fn connect_waits_for_mongodb_to_come_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_waits_out_a_mongodb_outage_and_completes() {
     // Production driver settings: operations wait up to 5 s for a server,
-    // so the driver itself waits out a 1.5 s outage.
-    saga_through_an_outage("").await;
+    // so the driver itself waits out a short outage (one that ends once
+    // the services have met it; should it outlast the 5 s, the saves fail
+    // and are retried as in the next test).
+    saga_through_an_outage("", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_retries_its_saves_through_a_mongodb_outage_and_completes() {
     // Operations give up after 250 ms without a server, so during the
-    // outage saves fail (StoreError::Unavailable) and the executor retries.
-    saga_through_an_outage("&serverSelectionTimeoutMS=250").await;
+    // outage saves fail (StoreError::Unavailable) and the executor retries;
+    // the outage lasts until a CreateOrder sent during it was refused.
+    saga_through_an_outage("&serverSelectionTimeoutMS=250", true).await;
 }
 
-/// Two sagas acknowledged before a 1.5 s outage (one stuck retrying its
-/// charge because payment is down, which comes back during the outage), and
-/// one CreateOrder sent during it: all complete, each charged and deducted
-/// once. `uri_options` are appended to every service's MongoDB URI.
-async fn saga_through_an_outage(uri_options: &str) {
+/// How many connection attempts to MongoDB's port the services make
+/// during an outage before it ends: each service's driver tries again
+/// (every 500 ms at most) while an operation waits for a server, so
+/// several attempts mean the services met the outage and kept trying.
+const ATTEMPTS_IN_OUTAGE: usize = 6;
+
+/// Two sagas acknowledged before an outage (one stuck retrying its charge
+/// because payment is down, which comes back during the outage), and one
+/// CreateOrder sent during it: all complete, each charged and deducted
+/// once. `uri_options` are appended to every service's MongoDB URI. The
+/// outage lasts until the services' drivers tried to reach MongoDB
+/// [`ATTEMPTS_IN_OUTAGE`] times, payment's start-up is seen waiting for it
+/// and, when `refused_during_outage` (operations give up fast), the order
+/// sent during the outage was refused.
+async fn saga_through_an_outage(uri_options: &str, refused_during_outage: bool) {
     if !test_server_available() {
         return;
     }
@@ -294,47 +319,110 @@ async fn saga_through_an_outage(uri_options: &str) {
         .into_inner();
     assert!(second.created);
 
-    let outage = Duration::from_millis(1_500);
+    server.begin_outage().await.expect("outage");
     let outage_started = Instant::now();
-    server.outage(outage).await.expect("outage");
+    // While MongoDB is down its port accepts every connection, closes it
+    // and counts it: the services' attempts to reach it are seen.
+    let port = DeadPort::open_on(server.port()).await;
     // An order placed during the outage is either acknowledged (then it
     // must complete) or refused as UNAVAILABLE (then the client retries it).
-    let third = orders
-        .create_order(order_request(
-            "outage-3",
-            "alice",
-            &[("sku-apple", 1, 100)],
-            false,
-        ))
-        .await;
-    let third_answered = outage_started.elapsed();
+    let third_call = tokio::spawn({
+        let mut orders = orders.clone();
+        async move {
+            let sent = orders
+                .create_order(order_request(
+                    "outage-3",
+                    "alice",
+                    &[("sku-apple", 1, 100)],
+                    false,
+                ))
+                .await;
+            (sent, outage_started.elapsed())
+        }
+    });
+    // Payment comes back during the outage, on the same store and port; its
+    // start-up waits for MongoDB (it returns once its store answered).
+    let payment_back = tokio::spawn(start_participant(
+        Service::Payment,
+        storage.clone(),
+        Some(payment_addr),
+    ));
+    port.tried(ATTEMPTS_IN_OUTAGE).await;
+    if refused_during_outage {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !third_call.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "CreateOrder unanswered 30 s into the outage"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(
+        !payment_back.is_finished(),
+        "payment's start-up returned (or panicked) without MongoDB"
+    );
+    let attempts = port.attempts();
+    let held = outage_started.elapsed();
+    port.close().await;
+    server.end_outage().await.expect("end of the outage");
+
+    let (third, third_answered) = tokio::time::timeout(Duration::from_secs(30), third_call)
+        .await
+        .expect("CreateOrder answered within 30 s of the outage's end")
+        .expect("CreateOrder task");
     let third_acknowledged = match &third {
-        Ok(reply) => Some(reply.get_ref().saga_id.clone()),
+        Ok(reply) => {
+            assert!(
+                !refused_during_outage,
+                "acknowledged with MongoDB unreachable: {reply:?}"
+            );
+            Some(reply.get_ref().saga_id.clone())
+        }
         Err(status) => {
             assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
             None
         }
     };
-    // Payment comes back during the outage, on the same store and port; its
-    // start-up waits for MongoDB (it returns once its store answered).
-    let payment = start_participant(Service::Payment, storage.clone(), Some(payment_addr)).await;
-    let payment_back = outage_started.elapsed();
-    let third = orders
-        .create_order(order_request(
-            "outage-3",
-            "alice",
-            &[("sku-apple", 1, 100)],
-            false,
-        ))
+    let payment = tokio::time::timeout(Duration::from_secs(30), payment_back)
         .await
-        .expect("create third after the outage")
-        .into_inner();
-    if let Some(saga_id) = &third_acknowledged {
-        assert_eq!(&third.saga_id, saga_id);
-        assert!(
-            !third.created,
-            "acknowledged during the outage, so a duplicate now"
-        );
+        .expect("payment's store open within 30 s of the outage's end")
+        .expect("payment's start-up did not panic");
+    let payment_back = outage_started.elapsed();
+    // Sent again as a client does after UNAVAILABLE: until it is answered
+    // (the orchestrator's driver sees MongoDB back at its next check,
+    // which may come after payment's did).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let third = loop {
+        let sent = orders
+            .create_order(order_request(
+                "outage-3",
+                "alice",
+                &[("sku-apple", 1, 100)],
+                false,
+            ))
+            .await;
+        match sent {
+            Ok(reply) => break reply.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                assert!(
+                    Instant::now() < deadline,
+                    "create third 30 s after the outage: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("create third after the outage: {status:?}"),
+        }
+    };
+    match &third_acknowledged {
+        Some(saga_id) => {
+            assert_eq!(&third.saga_id, saga_id);
+            assert!(
+                !third.created,
+                "acknowledged once MongoDB answered, so a duplicate now"
+            );
+        }
+        None => assert!(third.created, "refused, so stored only now"),
     }
 
     let mut done = Vec::new();
@@ -371,9 +459,9 @@ async fn saga_through_an_outage(uri_options: &str) {
         "each order deducted exactly once"
     );
     eprintln!(
-        "outage of {outage:?} (URI options {uri_options:?}): CreateOrder during it answered \
-         after {third_answered:?} ({}), payment's store open again after {payment_back:?}, \
-         all three sagas COMPLETED after {all_done:?}",
+        "outage held {held:?} ({attempts} connection attempts; URI options {uri_options:?}): \
+         CreateOrder sent during it answered after {third_answered:?} ({}), payment's store \
+         open again after {payment_back:?}, all three sagas COMPLETED after {all_done:?}",
         if third_acknowledged.is_some() {
             "acknowledged"
         } else {
@@ -392,7 +480,7 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
     }
     let mut server = start_server(0).await;
     // Operations give up after 400 ms without a server (production: 5 s),
-    // so a 2 s outage is seen rather than waited out.
+    // so the outage is seen rather than waited out.
     let storage = Storage::Mongo {
         uri: format!("{}&serverSelectionTimeoutMS=400", server.uri()),
         prefix: format!("outage_{}", uuid::Uuid::now_v7().simple()),
@@ -413,11 +501,16 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
         .await
         .expect("deposit before the outage");
 
+    server.begin_outage().await.expect("outage");
     let outage_started = Instant::now();
-    // Long enough that the read, which gives up after 400 ms, cannot wait
-    // it out: an UNAVAILABLE answer is one given during the outage.
-    server.outage(Duration::from_secs(5)).await.expect("outage");
-    let during = client.get_account(account()).await;
+    // While MongoDB is down its port accepts every connection, closes it
+    // and counts it: the participant's attempts to reach it are seen.
+    let port = DeadPort::open_on(server.port()).await;
+    // The outage lasts until the read was answered and the write below was
+    // seen waiting, so no answer can come from a server that is back.
+    let during = tokio::time::timeout(Duration::from_secs(30), client.get_account(account()))
+        .await
+        .expect("GetAccount answered during the outage");
     let answered_after = outage_started.elapsed();
     let status = during.expect_err("no MongoDB, no account");
     assert_eq!(
@@ -425,14 +518,38 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
         tonic::Code::Unavailable,
         "after {answered_after:?}: {status:?}"
     );
-    // A write during the outage either waits it out or is UNAVAILABLE;
-    // retried with the same request id, it counts once.
-    match client.deposit(deposit("bob-2", 250)).await {
-        Ok(_) => {}
-        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+    // A write during the outage runs in a transaction, which the driver
+    // retries while the server is unreachable (up to its 2 min limit): it
+    // waits the outage out or, past that, is UNAVAILABLE. Retried with the
+    // same request id, it counts once.
+    let tried_before = port.attempts();
+    let write = tokio::spawn({
+        let mut client = client.clone();
+        async move { client.deposit(deposit("bob-2", 250)).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !write.is_finished() && port.attempts() < tried_before + 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the participant stopped trying to reach MongoDB with a write pending"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    port.close().await;
+    server.end_outage().await.expect("end of the outage");
+    let write = tokio::time::timeout(Duration::from_secs(30), write)
+        .await
+        .expect("Deposit answered within 30 s of the outage's end")
+        .expect("Deposit task");
+    let written = match &write {
+        Ok(_) => 250,
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            0
+        }
+    };
 
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let view = loop {
         match client.get_account(account()).await {
             Ok(view) => break view.into_inner(),
@@ -444,7 +561,11 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
         }
     };
     let recovered = outage_started.elapsed();
-    assert!(view.balance_cents == 500 || view.balance_cents == 750);
+    assert_eq!(
+        view.balance_cents,
+        500 + written,
+        "the deposit during the outage counted exactly if it was acknowledged: {write:?}"
+    );
     client
         .deposit(deposit("bob-2", 250))
         .await
@@ -456,8 +577,14 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
         .into_inner();
     assert_eq!(view.balance_cents, 750, "each deposit counted once");
     eprintln!(
-        "participant: UNAVAILABLE after {answered_after:?} ({}), serving again after {recovered:?}",
-        status.message()
+        "participant: UNAVAILABLE after {answered_after:?} ({}), the write during the outage {}, \
+         serving again after {recovered:?}",
+        status.message(),
+        if written > 0 {
+            "waited it out"
+        } else {
+            "UNAVAILABLE"
+        }
     );
     payment.stop().await;
 }
