@@ -34,8 +34,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A real MongoDB to use instead of a launched test server: `MONGODB_URI`,
 /// when set and not empty.
@@ -167,8 +166,6 @@ pub struct MongoServer {
 enum State {
     Up(Running),
     Down,
-    /// Down for an outage; the thread starts it again when the outage ends.
-    ComingBack(JoinHandle<Result<Running, String>>),
 }
 
 impl MongoServer {
@@ -226,15 +223,10 @@ impl MongoServer {
     }
 
     /// Stops it (SIGTERM, SIGKILL after the grace) and waits until it is
-    /// gone; data in a storage directory stay. A no-op when it is down; an
-    /// error when a restart after an outage had failed.
+    /// gone; data in a storage directory stay. A no-op when it is down.
     pub fn stop(&mut self) -> Result<(), String> {
         match std::mem::replace(&mut self.state, State::Down) {
             State::Up(running) => drop(running),
-            State::ComingBack(restart) => match restart.join() {
-                Ok(result) => drop(result?),
-                Err(_) => return Err(format!("restarting {NAME} panicked")),
-            },
             State::Down => {}
         }
         Ok(())
@@ -246,30 +238,6 @@ impl MongoServer {
         self.stop()?;
         let (running, _) = Running::spawn(&self.options)?;
         self.state = State::Up(running);
-        Ok(())
-    }
-
-    /// Makes the server unreachable for `length` (connections closed, port
-    /// refused), keeping its data; returns once it is down. A thread of
-    /// ours starts it again on the same port and storage (a later
-    /// [`MongoServer::stop`] or drop waits for that).
-    pub async fn outage(&mut self, length: Duration) -> Result<(), String> {
-        let began = Instant::now();
-        let running = match std::mem::replace(&mut self.state, State::Down) {
-            State::Up(running) => running,
-            other => {
-                self.state = other;
-                return Err(format!("{NAME} is not up"));
-            }
-        };
-        tokio::task::spawn_blocking(move || drop(running))
-            .await
-            .map_err(|e| format!("stopping {NAME}: {e}"))?;
-        let options = self.options.clone();
-        self.state = State::ComingBack(std::thread::spawn(move || {
-            std::thread::sleep(length.saturating_sub(began.elapsed()));
-            Running::spawn(&options).map(|(running, _)| running)
-        }));
         Ok(())
     }
 
