@@ -1,6 +1,7 @@
 // Needs attention: the FAILED sagas (a compensation ran out of attempts),
-// with their cause and a Retry button that calls RetrySaga. Refreshes
-// itself every 2 s.
+// with their cause and a Retry button that calls RetrySaga, and the sagas
+// the store refused to save (marked for attention; they retry themselves).
+// Refreshes itself every 2 s.
 "use strict";
 
 (() => {
@@ -44,7 +45,35 @@
       el("td", { class: "action" }, button, " ", result));
   }
 
+  function refusedRow(saga) {
+    const order = saga.order || {};
+    const mark = saga.attention || {};
+    return el("tr", { "data-saga-id": saga.saga_id },
+      el("td", { class: "time", title: time(mark.since) }, ago(mark.since)),
+      el("td", { class: "saga" }, sagaLink(saga.saga_id)),
+      el("td", { class: "customer" }, order.customer_id),
+      el("td", { class: "status" }, saga.status.replace("SAGA_STATUS_", "")),
+      el("td", { class: "cause" }, mark.reason),
+      el("td", { class: "time", title: time(mark.last) }, ago(mark.last)));
+  }
+
+  async function loadRefused() {
+    const page = await api("/api/sagas?attention=true&page_size=" + limit);
+    const body = $("refused").tBodies[0];
+    clear(body);
+    page.sagas.forEach((saga) => body.append(refusedRow(saga)));
+    if (body.rows.length === 0) {
+      body.append(el("tr", { class: "empty" }, el("td", { colspan: 6 }, "The store refused nothing.")));
+    }
+    $("refused").setAttribute("data-loaded", "true");
+  }
+
   async function load() {
+    try {
+      await loadRefused();
+    } catch (error) {
+      $("notice").textContent = errorText(error);
+    }
     try {
       const page = await api("/api/sagas?status=FAILED&page_size=" + limit);
       const body = $("failed").tBodies[0];

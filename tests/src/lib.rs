@@ -15,6 +15,7 @@
 pub mod backends;
 pub mod conformance;
 pub mod crash;
+pub mod http;
 pub mod intercepted_store;
 pub mod mongo_server;
 pub mod process;

@@ -1,7 +1,8 @@
 //! A saga the store refuses to save (a document too large, a failed
 //! validation: `StoreError::Rejected`) is not retried blindly nor lost: it
 //! stays at its last saved state, marked for attention — shown by GetSaga,
-//! listed by `ListSagas(needs_attention)` — and once the cause is fixed
+//! listed by `ListSagas(needs_attention)` and by the console's JSON API
+//! (`/api/sagas?attention=true`, read by its Needs attention page) — and once the cause is fixed
 //! recovery resumes it, the mark goes, and the participants' deduplication
 //! keeps the effect it had already caused to exactly one.
 
@@ -55,13 +56,15 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
         shutdown_grace: Duration::from_secs(5),
         retention: Default::default(),
     };
+    let console = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
+    let console_addr = console.local_addr().expect("console addr").to_string();
     let orchestrator = saga_tests::serve_orchestrator_on(
         store.clone(),
         saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
         settings,
         service_kit::server::ServeOptions::default(),
         saga_tests::listener("127.0.0.1:0".parse().unwrap()).await,
-        None,
+        Some(console),
     );
     let channel = saga_tests::channel(orchestrator.addr).await;
     let mut sagas = pb::saga_service_client::SagaServiceClient::new(channel.clone());
@@ -133,6 +136,24 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
         "charged before the refusal"
     );
 
+    // The console lists it too (its JSON API, which the Needs attention
+    // page reads), with the store's reason; combined with a status filter
+    // it is refused naming the parameter.
+    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true").await;
+    assert_eq!(code, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let listed = listed["sagas"].as_array().expect("sagas").clone();
+    assert_eq!(listed.len(), 1, "{body}");
+    assert_eq!(listed[0]["saga_id"], saga_id.as_str());
+    let reason = listed[0]["attention"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains(REFUSAL), "{body}");
+    let (code, body) =
+        saga_tests::http::get(&console_addr, "/api/sagas?attention=true&status=RUNNING").await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains(r#""field":"attention""#), "{body}");
+
     // Combining the filter with a status is refused, naming the field.
     let error = sagas
         .list_sagas(pb::ListSagasRequest {
@@ -168,6 +189,12 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     };
     assert_eq!(done.attention, None);
     assert!(flagged(&mut sagas).await.is_empty());
+    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(r#""sagas":[]"#),
+        "the console's list is empty again: {body}"
+    );
     assert_eq!(stack.balance("alice").await, 10_000 - 600, "charged once");
     assert_eq!(stack.stock("sku-1").await, 8, "deducted once");
 

@@ -11,7 +11,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The first line of the banner that starts with `prefix`, waited for up
 /// to `within` (the stack seeds its participants before it prints).
@@ -25,24 +24,6 @@ fn banner_line(lines: &mpsc::Receiver<String>, prefix: &str, within: Duration) -
             Err(e) => panic!("no banner line starting with {prefix:?}: {e}"),
         }
     }
-}
-
-/// GET `path` from the console at `addr` (plain HTTP/1.1, one request per
-/// connection); the response body.
-async fn http_get(addr: &str, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("console connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("http response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +108,8 @@ async fn dev_prints_working_addresses_and_places_the_three_demo_orders() {
     );
 
     // The console at the printed URL lists them.
-    let body = http_get(&console_addr, "/api/sagas").await;
+    let (status, body) = saga_tests::http::get(&console_addr, "/api/sagas").await;
+    assert_eq!(status, 200, "{body}");
     let listed: serde_json::Value = serde_json::from_str(&body).expect("json");
     let mut request_ids: Vec<&str> = listed["sagas"]
         .as_array()

@@ -12,7 +12,6 @@ use saga_proto::saga::v1 as pb;
 use saga_tests::{Stack, Storage};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The value of the sample `name{labels}` (labels as written in the
 /// exposition, e.g. `table="deduct_lines"`; empty for none), 0 when absent.
@@ -33,15 +32,9 @@ fn sample(text: &str, name: &str, labels: &str) -> f64 {
 
 /// `GET /metrics` from the exporter at `addr`.
 async fn scrape(addr: SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("read");
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
+    let (status, body) = saga_tests::http::get(&addr.to_string(), "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

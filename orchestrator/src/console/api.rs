@@ -108,6 +108,18 @@ pub struct ListParams {
     pub page_token: Option<String>,
     /// 1 to 500 (default 50), as ListSagas.
     pub page_size: Option<String>,
+    /// `true`: only the sagas the store refused to save (marked for
+    /// attention), as ListSagas' `needs_attention`; not with `status` or `q`.
+    pub attention: Option<String>,
+}
+
+/// The `attention` flag: `true`/`1` or `false`/`0`/empty.
+fn attention_param(raw: Option<&str>) -> Result<bool, Status> {
+    match raw.unwrap_or_default().trim() {
+        "" | "false" | "0" => Ok(false),
+        "true" | "1" => Ok(true),
+        _ => Err(validate::invalid("attention", "must be true or false")),
+    }
 }
 
 /// The status filter: a `saga.v1.SagaStatus` name, with or without its
@@ -149,7 +161,22 @@ pub async fn list(State(console): State<Arc<Console>>, Query(p): Query<ListParam
     let page_size = page_size_param(p.page_size.as_deref())?;
     let after = convert::decode_cursor(p.page_token.as_deref().unwrap_or_default())?;
     let q = p.q.as_deref().map(str::trim).unwrap_or_default();
-    let (sagas, next, matched) = if q.is_empty() {
+    let attention = attention_param(p.attention.as_deref())?;
+    if attention && (status.is_some() || !q.is_empty()) {
+        return Err(validate::invalid(
+            "attention",
+            "lists every saga marked for attention; not combined with status or q",
+        )
+        .into());
+    }
+    let (sagas, next, matched) = if attention {
+        let filter = SagaFilter {
+            needs_attention: true,
+            ..SagaFilter::status(None)
+        };
+        let page = console.app.list(&filter, page_size, after).await?;
+        (page.sagas, page.next, None)
+    } else if q.is_empty() {
         let page = console
             .app
             .list(&SagaFilter::status(status), page_size, after)

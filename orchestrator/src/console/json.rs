@@ -32,6 +32,11 @@ pub fn saga(s: &pb::Saga) -> Value {
         "lease_owner": s.lease_owner,
         "lease_until": timestamp(s.lease_until.as_ref()),
         "trace_id": s.trace_id,
+        "attention": s.attention.as_ref().map(|a| json!({
+            "reason": a.reason,
+            "since": timestamp(a.since.as_ref()),
+            "last": timestamp(a.last.as_ref()),
+        })),
     })
 }
 
