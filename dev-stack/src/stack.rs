@@ -65,10 +65,7 @@ fn history_retention(config: &DevConfig) -> Result<HistoryRetention, BoxError> {
     let limits = config
         .engine
         .call_limits(service_kit::retention::DEFAULT_SAGA_STEPS as usize);
-    let keep = match config.history_retention {
-        Some(keep) => limits.check_history_retention(keep)?,
-        None => limits.default_history_retention(),
-    };
+    let keep = limits.history_retention(config.history_retention)?;
     Ok(HistoryRetention {
         keep,
         purge_interval: config.retention.purge_interval,

@@ -70,10 +70,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     let mut settings = config.engine.settings(config.listen)?;
     settings.retention = retention;
     let limits = config.engine.call_limits(definition.steps().len());
-    let history = match config.history_retention {
-        Some(history) => limits.check_history_retention(history)?,
-        None => limits.default_history_retention(),
-    };
+    let history = limits.history_retention(config.history_retention)?;
     settings.retention.retry_window = Some(orchestrator::retention::retry_window(&limits, history));
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");

@@ -168,10 +168,7 @@ impl HistoryRetentionConfig {
     /// The retention, or one line saying why it is unsafe.
     pub fn settings(&self) -> Result<HistoryRetention, String> {
         let limits = self.limits();
-        let keep = match self.history_retention {
-            Some(keep) => limits.check_history_retention(keep)?,
-            None => limits.default_history_retention(),
-        };
+        let keep = limits.history_retention(self.history_retention)?;
         Ok(HistoryRetention {
             keep,
             purge_interval: self.purge_interval.max(Duration::from_millis(10)),

@@ -159,6 +159,16 @@ impl CallLimits {
         DEFAULT_SAGA_RETENTION.max(self.minimum_history_retention() * HISTORY_RETENTION_MULTIPLE)
     }
 
+    /// The history retention to run with: `configured` (a
+    /// `--history-retention` flag) if it is safe, else one line saying why
+    /// not; the default when none is configured.
+    pub fn history_retention(&self, configured: Option<Duration>) -> Result<Duration, String> {
+        match configured {
+            Some(retention) => self.check_history_retention(retention),
+            None => Ok(self.default_history_retention()),
+        }
+    }
+
     /// `retention` if it is safe, else one line saying why not.
     pub fn check_history_retention(&self, retention: Duration) -> Result<Duration, String> {
         let minimum = self.minimum_history_retention();
