@@ -19,6 +19,7 @@ pub mod http;
 pub mod intercepted_store;
 pub mod mongo_server;
 pub mod process;
+pub mod prometheus;
 pub mod reflection;
 pub mod saga_list;
 

@@ -9,33 +9,12 @@
 use orchestrator::retention::RetentionSettings;
 use participant_kit::HistoryRetention;
 use saga_proto::saga::v1 as pb;
+use saga_tests::prometheus::scrape;
 use saga_tests::{Stack, Storage};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// The value of the sample `name{labels}` (labels as written in the
-/// exposition, e.g. `table="deduct_lines"`; empty for none), 0 when absent.
-fn sample(text: &str, name: &str, labels: &str) -> f64 {
-    let key = if labels.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{name}{{{labels}}}")
-    };
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            (k == key).then(|| v.parse().ok()).flatten()
-        })
-        .unwrap_or(0.0)
-}
-
-/// `GET /metrics` from the exporter at `addr`.
-async fn scrape(addr: SocketAddr) -> String {
-    let (status, body) = saga_tests::http::get(&addr.to_string(), "/metrics").await;
-    assert_eq!(status, 200, "{body}");
-    body
-}
+/// A counter's name, its labels and the value it must reach.
+type Counter = (&'static str, &'static [(&'static str, &'static str)], f64);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_purges_delete_is_counted_exactly() {
@@ -73,28 +52,28 @@ async fn what_the_purges_delete_is_counted_exactly() {
         .expect("order");
     assert_eq!(done.status(), pb::SagaStatus::Completed);
 
-    let expected = [
-        ("sagas_expired_total", "", 1.0),
-        ("sagas_archived_total", "", 1.0),
+    let expected: [Counter; 4] = [
+        ("sagas_expired_total", &[], 1.0),
+        ("sagas_archived_total", &[], 1.0),
         (
             "participant_records_expired_total",
-            "table=\"operation_history\"",
+            &[("table", "operation_history")],
             4.0,
         ),
         (
             "participant_records_expired_total",
-            "table=\"deduct_lines\"",
+            &[("table", "deduct_lines")],
             1.0,
         ),
     ];
     let until = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let text = scrape(addr).await;
+    let first = loop {
+        let m = scrape(addr).await;
         let reached = expected
             .iter()
-            .all(|(name, labels, want)| sample(&text, name, labels) >= *want);
+            .all(|(name, labels, want)| m.value(name, labels).unwrap_or(0.0) >= *want);
         if reached || Instant::now() > until {
-            break text;
+            break m;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -103,14 +82,16 @@ async fn what_the_purges_delete_is_counted_exactly() {
     let later = scrape(addr).await;
     for (name, labels, want) in expected {
         assert_eq!(
-            sample(&text, name, labels),
-            want,
-            "{name}{{{labels}}}\n{text}"
+            first.value(name, labels),
+            Some(want),
+            "{name}{labels:?}\n{}",
+            first.text
         );
         assert_eq!(
-            sample(&later, name, labels),
-            want,
-            "{name}{{{labels}}} later"
+            later.value(name, labels),
+            Some(want),
+            "{name}{labels:?} later\n{}",
+            later.text
         );
     }
     stack.stop().await;
