@@ -139,22 +139,43 @@ async fn finished_sagas_and_records_expire(stack: &Stack, within: Duration) -> D
     late
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_finished_sagas_are_archived_then_expire_with_their_records() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let storage = Storage::from(dir.path());
-    let archive = dir.path().join("archive");
+/// Runs [`finished_sagas_and_records_expire`] on a stack over `storage`
+/// (archiving into `archive` when given), waiting up to `within` for each
+/// expiry, and says how late the first one was (`target` names where).
+async fn expire_on(storage: Storage, archive: Option<&Path>, within: Duration, target: &str) {
     let stack = Stack::start_retaining(
         tempfile::tempdir().expect("tempdir"),
         storage,
-        sagas(Some(&archive)),
+        sagas(archive),
         history(),
     )
     .await;
-    let late = finished_sagas_and_records_expire(&stack, Duration::from_secs(20)).await;
-    eprintln!("embedded: the completed saga was gone {late:?} after its retention");
-    assert_archived_once(&archive);
+    let late = finished_sagas_and_records_expire(&stack, within).await;
+    eprintln!("{target}: the completed saga was gone {late:?} after its retention");
     stack.stop().await;
+}
+
+/// Storage in a fresh set of databases, named `{prefix}_<uuid>_*`, on the
+/// MongoDB at `uri`.
+fn fresh_mongo(uri: String, prefix: &str) -> Storage {
+    Storage::Mongo {
+        uri,
+        prefix: format!("{prefix}_{}", uuid::Uuid::now_v7().simple()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_finished_sagas_are_archived_then_expire_with_their_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let archive = dir.path().join("archive");
+    expire_on(
+        Storage::from(dir.path()),
+        Some(&archive),
+        Duration::from_secs(20),
+        "embedded",
+    )
+    .await;
+    assert_archived_once(&archive);
 }
 
 /// `archive` holds one day's file with the two finished sagas of
@@ -200,21 +221,9 @@ async fn mongo_finished_sagas_are_archived_before_they_are_deleted() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let archive = dir.path().join("archive");
-    let storage = Storage::Mongo {
-        uri,
-        prefix: format!("archive_{}", uuid::Uuid::now_v7().simple()),
-    };
-    let stack = Stack::start_retaining(
-        tempfile::tempdir().expect("tempdir"),
-        storage,
-        sagas(Some(&archive)),
-        history(),
-    )
-    .await;
-    let late = finished_sagas_and_records_expire(&stack, within).await;
-    eprintln!("MongoDB archive: the completed saga was gone {late:?} after its retention");
+    let storage = fresh_mongo(uri, "archive");
+    expire_on(storage, Some(&archive), within, "MongoDB archive").await;
     assert_archived_once(&archive);
-    stack.stop().await;
 }
 
 /// A SecantusDB with a 1 s TTL sweep (or the real MongoDB of
@@ -239,20 +248,7 @@ async fn mongo_ttl_indexes_expire_finished_sagas_and_records() {
     let Some((_server, uri, within)) = ttl_server() else {
         return;
     };
-    let storage = Storage::Mongo {
-        uri,
-        prefix: format!("ttl_{}", uuid::Uuid::now_v7().simple()),
-    };
-    let stack = Stack::start_retaining(
-        tempfile::tempdir().expect("tempdir"),
-        storage,
-        sagas(None),
-        history(),
-    )
-    .await;
-    let late = finished_sagas_and_records_expire(&stack, within).await;
-    eprintln!("MongoDB TTL: the completed saga was gone {late:?} after its retention");
-    stack.stop().await;
+    expire_on(fresh_mongo(uri, "ttl"), None, within, "MongoDB TTL").await;
 }
 
 fn saga_in(id: &str, status: SagaStatus, at_ms: i64) -> Saga {
