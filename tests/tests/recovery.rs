@@ -182,14 +182,14 @@ fn takeovers(saga: &pb::Saga) -> Vec<(i64, String)> {
     saga.history
         .iter()
         .filter(|t| t.detail.starts_with("taken over by"))
-        .map(|t| {
-            let at = t.at.unwrap_or_default();
-            (
-                at.seconds * 1000 + i64::from(at.nanos) / 1_000_000,
-                t.detail.clone(),
-            )
-        })
+        .map(|t| (millis(t.at), t.detail.clone()))
         .collect()
+}
+
+/// A timestamp of the saga as milliseconds since the epoch (0 when unset).
+fn millis(at: Option<prost_types::Timestamp>) -> i64 {
+    let at = at.unwrap_or_default();
+    at.seconds * 1000 + i64::from(at.nanos) / 1_000_000
 }
 
 /// A real step, except that its compensation fails while `broken`.
@@ -365,8 +365,8 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
     let saga_id = create(orchestrator.addr, "too-late-1", &[("sku-pear", 5, 100)]).await;
     let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
     assert_eq!(failed.status(), pb::SagaStatus::Failed);
-    let created_ms = failed.created_at.as_ref().expect("created_at").seconds * 1000
-        + i64::from(failed.created_at.as_ref().expect("created_at").nanos / 1_000_000);
+    let created_ms = millis(failed.created_at);
+    assert!(created_ms > 0, "created_at is set");
     let window_ms = i64::try_from(window.as_millis()).expect("ms");
     while service_kit::time::now_ms() <= created_ms + window_ms {
         tokio::time::sleep(Duration::from_millis(20)).await;
