@@ -328,17 +328,14 @@ async fn saga_through_an_outage(uri_options: &str, refused_during_outage: bool) 
     let port = DeadPort::open_on(server.port()).await;
     // An order placed during the outage is either acknowledged (then it
     // must complete) or refused as UNAVAILABLE (then the client retries it).
+    // The third order, sent during the outage and again after it as a
+    // client does: the same request each time.
+    let third_order = order_request("outage-3", "alice", &[("sku-apple", 1, 100)], false);
     let third_call = tokio::spawn({
         let mut orders = orders.clone();
+        let third_order = third_order.clone();
         async move {
-            let sent = orders
-                .create_order(order_request(
-                    "outage-3",
-                    "alice",
-                    &[("sku-apple", 1, 100)],
-                    false,
-                ))
-                .await;
+            let sent = orders.create_order(third_order).await;
             (sent, outage_started.elapsed())
         }
     });
@@ -396,14 +393,7 @@ async fn saga_through_an_outage(uri_options: &str, refused_during_outage: bool) 
     // which may come after payment's did).
     let deadline = Instant::now() + Duration::from_secs(30);
     let third = loop {
-        let sent = orders
-            .create_order(order_request(
-                "outage-3",
-                "alice",
-                &[("sku-apple", 1, 100)],
-                false,
-            ))
-            .await;
+        let sent = orders.create_order(third_order.clone()).await;
         match sent {
             Ok(reply) => break reply.into_inner(),
             Err(status) if status.code() == tonic::Code::Unavailable => {
