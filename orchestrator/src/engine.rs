@@ -9,7 +9,10 @@
 //! - Forward steps run in definition order; step *i+1* starts only after step
 //!   *i*'s success is recorded. Recording an outcome also records the intent
 //!   of the next step (status `Running`), so a single store write persists
-//!   both before the next RPC is sent.
+//!   both. That write may be left out when nothing a crash needs is lost
+//!   ([`may_skip_save`]): the store is then one step behind, and a claim
+//!   marks the step after the stored one as possibly sent
+//!   ([`claim`]), so a recovered saga compensates it if it compensates.
 //! - A refused step applied nothing: it is not compensated; every earlier
 //!   succeeded step is, in reverse order. A step whose outcome stayed unknown
 //!   (retry budget exhausted) *is* compensated too — the participant's
@@ -306,6 +309,58 @@ pub fn claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
     let status = saga.status.as_str();
     push(saga, None, status, status, detail, now_ms);
     saga.lease = Some(lease);
+    inherit_unsaved_intent(saga, now_ms);
+}
+
+/// After a claim: the step after the one whose intent is stored may have
+/// been sent too. The executor does not save between a step's success and
+/// the next step's action when that saves nothing a crash needs
+/// ([`may_skip_save`]): the participants replay a request id's recorded
+/// outcome, so re-running the stored step and then the next one ends the
+/// saga exactly as the first owner would have. What the store cannot say
+/// is whether that next action was sent; it is therefore marked `Running`
+/// here, so that if the saga compensates instead (the replayed step gave
+/// up), the next step is compensated too — a no-op at a participant that
+/// never applied it, a restored effect at one that did.
+fn inherit_unsaved_intent(saga: &mut Saga, now_ms: i64) {
+    if saga.status != SagaStatus::Running {
+        return;
+    }
+    let Some(stored) = saga
+        .steps
+        .iter()
+        .position(|s| s.status != StepStatus::Succeeded)
+    else {
+        return;
+    };
+    let next = stored + 1;
+    if saga.steps.get(next).map(|s| s.status) != Some(StepStatus::Pending) {
+        return;
+    }
+    saga.steps[next].status = StepStatus::Running;
+    push(
+        saga,
+        Some(next),
+        "pending",
+        "running",
+        "may have been sent by the previous owner after its last save".to_owned(),
+        now_ms,
+    );
+}
+
+/// Whether the executor may send the next action without saving first,
+/// once `work` `succeeded` and was recorded: only a forward step's success
+/// that began the next step's intent, and only if the store holds the
+/// intent of the step that just succeeded (`stored_this_step`: the last
+/// save was not itself skipped), so the store is never more than one step
+/// behind — which is what [`inherit_unsaved_intent`] assumes after a
+/// crash. Every other outcome (a refusal, a retry, a compensation, the
+/// end) is saved before anything else is sent.
+pub fn may_skip_save(saga: &Saga, work: Next, succeeded: bool, stored_this_step: bool) -> bool {
+    stored_this_step
+        && succeeded
+        && matches!(work, Next::Act(_))
+        && saga.status == SagaStatus::Running
 }
 
 /// Records that `owner` gives the saga's lease up at shutdown, so another
@@ -340,8 +395,12 @@ fn compensation_cause(saga: &Saga) -> Option<String> {
 }
 
 fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i64) {
+    // A later step still pending was never sent; one marked running by a
+    // claim may have been (see `inherit_unsaved_intent`) and is compensated.
     for later in saga.steps.iter_mut().skip(failed + 1) {
-        later.status = StepStatus::Skipped;
+        if later.status == StepStatus::Pending {
+            later.status = StepStatus::Skipped;
+        }
     }
     saga.reason = Some(bounded_text(reason.clone()));
     match next_compensation(saga) {
@@ -360,13 +419,14 @@ fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i6
 
 fn begin_next_action(saga: &mut Saga, i: usize, now_ms: i64) {
     let step = &mut saga.steps[i];
+    let from = step.status.as_str();
     step.status = StepStatus::Running;
     step.attempts = 1;
     step.started_at_ms = Some(now_ms);
     push(
         saga,
         Some(i),
-        "pending",
+        from,
         "running",
         "intent recorded".to_owned(),
         now_ms,

@@ -397,6 +397,8 @@ impl Executor {
     pub async fn drive(&self, mut saga: Saga) -> Result<Saga, DriveError> {
         let mut current = Next::Done;
         let mut backoff = self.policy.backoff();
+        // Every caller saved the saga right before driving it.
+        let mut saved = SinceSave::new();
         loop {
             let work = engine::next(&saga);
             let (i, phase) = match work {
@@ -446,8 +448,17 @@ impl Executor {
                 Outcome::Retrying(_) | Outcome::CompensationRetrying(_)
             );
             span.in_scope(|| count_and_log(&outcome));
+            let succeeded = matches!(outcome, Outcome::Succeeded);
             engine::record(&mut saga, work, outcome, now_ms());
+            if engine::may_skip_save(&saga, work, succeeded, saved.holds_this_step)
+                && saved.at.elapsed() <= self.policy.longest_sleep()
+            {
+                saved.holds_this_step = false;
+                self.hub.publish(&saga);
+                continue;
+            }
             self.persist(&mut saga).await?;
+            saved = SinceSave::new();
             self.hub.publish(&saga);
             if retrying {
                 let delay = backoff.next().unwrap_or(self.policy.max_delay);
@@ -595,6 +606,31 @@ async fn invoke(call: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) -> 
     match phase {
         Phase::Action => call.act(saga, step).await,
         Phase::Compensation => call.compensate(saga, step).await,
+    }
+}
+
+/// What the driver knows of its saga's last save.
+///
+/// A save between one step's success and the next step's action is left
+/// out when the engine allows it ([`engine::may_skip_save`]) and the last
+/// save is recent: no more than [`RetryPolicy::longest_sleep`] ago. The
+/// next action then ends in a save within the connect and call timeouts,
+/// so two saves are never further apart than the longest gap the lease
+/// TTL is checked against at start-up (a backoff sleep, a connect and a
+/// call) — the lease still cannot run out under a live owner.
+struct SinceSave {
+    /// When it happened.
+    at: std::time::Instant,
+    /// Whether it stored the step being run now (false after a skip).
+    holds_this_step: bool,
+}
+
+impl SinceSave {
+    fn new() -> Self {
+        SinceSave {
+            at: std::time::Instant::now(),
+            holds_this_step: true,
+        }
     }
 }
 

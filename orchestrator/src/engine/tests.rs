@@ -494,3 +494,171 @@ fn a_resumed_saga_whose_history_lost_the_cause_has_no_reason_rather_than_the_fai
     assert_eq!(s.status, SagaStatus::Cancelled);
     assert_eq!(s.reason, None);
 }
+
+/// Runs a saga of the first `n` steps of [`MANY`] as the executor does,
+/// leaving out the saves [`may_skip_save`] allows: every action meets
+/// `fate(i)`, every compensation succeeds. Returns the number of saves
+/// (the creating write included) and, for every action sent, the step and
+/// the saga as the store held it at that moment.
+fn run_saving(n: usize, fate: impl Fn(usize) -> Fate) -> (usize, Vec<(usize, Saga)>) {
+    let order = Order {
+        order_id: "o".into(),
+        customer_id: "c".into(),
+        items: Vec::new(),
+        total_cents: 0,
+    };
+    let mut s = start(&MANY[..n], "s".into(), "r".into(), "fp".into(), order, 0);
+    let mut stored = s.clone();
+    let (mut saves, mut stored_this_step) = (1, true);
+    let mut sent = Vec::new();
+    for now in 1..100 {
+        let w = next(&s);
+        if w == Next::Done {
+            return (saves, sent);
+        }
+        let outcome = match w {
+            Next::Act(i) => {
+                sent.push((i, stored.clone()));
+                match fate(i) {
+                    Fate::Succeeds => Outcome::Succeeded,
+                    Fate::Refused => Outcome::Refused("no".into()),
+                    Fate::Unknown => Outcome::GaveUp("timeout".into()),
+                }
+            }
+            _ => Outcome::Compensated,
+        };
+        let succeeded = outcome == Outcome::Succeeded;
+        record(&mut s, w, outcome, now);
+        if may_skip_save(&s, w, succeeded, stored_this_step) {
+            stored_this_step = false;
+        } else {
+            stored = s.clone();
+            saves += 1;
+            stored_this_step = true;
+        }
+    }
+    panic!("saga of {n} steps did not end: {s:?}");
+}
+
+fn claimed(mut s: Saga) -> Saga {
+    claim(
+        &mut s,
+        Lease {
+            owner: "b".into(),
+            until_ms: 1_000,
+        },
+        500,
+    );
+    s
+}
+
+#[test]
+fn the_happy_path_saves_once_per_two_steps_and_once_at_the_end() {
+    for (n, saves) in [(1, 2), (2, 2), (3, 3), (4, 3), (5, 4)] {
+        let (made, _) = run_saving(n, |_| Fate::Succeeds);
+        assert_eq!(made, saves, "{n} steps");
+    }
+    // A failure path saves every transition after the refusal.
+    let (made, _) = run_saving(2, |i| {
+        if i == 1 {
+            Fate::Refused
+        } else {
+            Fate::Succeeds
+        }
+    });
+    assert_eq!(
+        made, 3,
+        "create, refusal + refund intent, refunded (the deduct intent was not saved)"
+    );
+}
+
+#[test]
+fn after_a_crash_at_any_send_the_claimed_saga_knows_the_step_may_have_been_sent() {
+    for n in [1, 2, 3, 5] {
+        for k in 0..n {
+            for failure in [Fate::Refused, Fate::Unknown] {
+                let (_, sent) = run_saving(n, |i| if i == k { failure } else { Fate::Succeeds });
+                for (i, stored) in sent {
+                    let s = claimed(stored);
+                    assert!(
+                        matches!(
+                            s.steps[i].status,
+                            StepStatus::Running | StepStatus::Succeeded
+                        ),
+                        "{n} steps, fails at {k}, crash at the send of {i}: {:?}",
+                        statuses(&s)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_claim_marks_only_the_step_after_the_stored_one_and_only_once() {
+    let s = claimed(saga());
+    assert_eq!(statuses(&s), [StepStatus::Running, StepStatus::Running]);
+    assert_eq!(
+        s.history.last().map(|t| t.detail.as_str()),
+        Some("may have been sent by the previous owner after its last save")
+    );
+    let again = claimed(s.clone());
+    assert_eq!(statuses(&again), statuses(&s));
+    let marks = |s: &Saga| {
+        s.history
+            .iter()
+            .filter(|t| t.detail.starts_with("may have been"))
+            .count()
+    };
+    assert_eq!(marks(&again), 1, "a second claim marks nothing new");
+
+    let (_, sent) = run_saving(5, |_| Fate::Succeeds);
+    let (_, stored) = &sent[2];
+    let s = claimed(stored.clone());
+    assert_eq!(
+        statuses(&s),
+        [
+            StepStatus::Succeeded,
+            StepStatus::Succeeded,
+            StepStatus::Running,
+            StepStatus::Running,
+            StepStatus::Pending
+        ]
+    );
+    // A compensating saga was saved at every step since: nothing to mark.
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(1), Outcome::Refused("no".into()), 3);
+    assert_eq!(s.status, SagaStatus::Compensating);
+    assert_eq!(statuses(&claimed(s.clone())), statuses(&s));
+}
+
+#[test]
+fn a_claimed_saga_that_compensates_undoes_the_possibly_sent_step_first() {
+    let mut s = claimed(saga());
+    record(&mut s, Next::Act(0), Outcome::GaveUp("timeout".into()), 600);
+    assert_eq!(next(&s), Next::Compensate(1), "{:?}", statuses(&s));
+    record(&mut s, Next::Compensate(1), Outcome::Compensated, 601);
+    assert_eq!(next(&s), Next::Compensate(0));
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 602);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(
+        statuses(&s),
+        [StepStatus::Compensated, StepStatus::Compensated]
+    );
+
+    // Refused on replay: it applied nothing, the step after it is undone.
+    let mut s = claimed(saga());
+    record(&mut s, Next::Act(0), Outcome::Refused("no".into()), 600);
+    assert_eq!(next(&s), Next::Compensate(1));
+    record(&mut s, Next::Compensate(1), Outcome::Compensated, 601);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(statuses(&s), [StepStatus::Refused, StepStatus::Compensated]);
+
+    // Going forward it ends as if nothing had happened.
+    let mut s = claimed(saga());
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 600);
+    assert_eq!(next(&s), Next::Act(1));
+    record(&mut s, Next::Act(1), Outcome::Succeeded, 601);
+    assert_eq!(s.status, SagaStatus::Completed);
+}
