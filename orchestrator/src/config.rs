@@ -107,6 +107,14 @@ pub struct EngineConfig {
     /// persist before the process exits, in milliseconds.
     #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
+    /// Save the saga after every step, also between a first-attempt
+    /// success and the next action (by default that save is left out: the
+    /// store is at most one step behind, and a claim marks the next step as
+    /// possibly sent). Set it while instances of a version without that
+    /// claim marking (before 2026-12) still run beside this one, or may be
+    /// rolled back to: they would not compensate such a step.
+    #[arg(long, env = "SAVE_EVERY_STEP", default_value_t = false)]
+    pub save_every_step: bool,
     /// Longest CreateOrder with `wait` is held when the client sets no
     /// deadline, in milliseconds.
     #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000)]
@@ -207,6 +215,7 @@ impl EngineConfig {
             max_wait: self.max_wait(),
             max_in_flight: self.max_in_flight.max(1),
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            save_every_step: self.save_every_step,
             retention: crate::retention::RetentionSettings::default(),
         })
     }
@@ -344,6 +353,13 @@ mod tests {
         let mut argv = vec!["orchestrator"];
         argv.extend_from_slice(flags);
         Cli::try_parse_from(argv).expect("flags parse").serve.engine
+    }
+
+    #[test]
+    fn every_step_is_saved_only_when_asked() {
+        let settings = |flags: &[&str]| engine(flags).settings(listen()).expect("settings");
+        assert!(!settings(&[]).save_every_step);
+        assert!(settings(&["--save-every-step"]).save_every_step);
     }
 
     fn listen() -> SocketAddr {

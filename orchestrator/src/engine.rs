@@ -356,11 +356,20 @@ fn inherit_unsaved_intent(saga: &mut Saga, now_ms: i64) {
 /// behind — which is what [`inherit_unsaved_intent`] assumes after a
 /// crash. Every other outcome (a refusal, a retry, a compensation, the
 /// end) is saved before anything else is sent.
+///
+/// And only if the step succeeded at its first attempt: a recovered saga
+/// replays the stored step under that step's deadline (counted from its
+/// first attempt), so a step that had already spent part of it on retries
+/// could give up on replay and cancel a saga that had succeeded. Saved
+/// after a retried step, the store is never behind one.
 pub fn may_skip_save(saga: &Saga, work: Next, succeeded: bool, stored_this_step: bool) -> bool {
+    let Next::Act(i) = work else {
+        return false;
+    };
     stored_this_step
         && succeeded
-        && matches!(work, Next::Act(_))
         && saga.status == SagaStatus::Running
+        && saga.steps.get(i).is_some_and(|step| step.attempts <= 1)
 }
 
 /// Records that `owner` gives the saga's lease up at shutdown, so another

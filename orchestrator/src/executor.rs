@@ -138,6 +138,8 @@ pub struct Executor {
     /// without bound; the sweep leaves the rest for later).
     permits: Arc<Semaphore>,
     max_in_flight: usize,
+    /// No save is left out (see [`Executor::saving_every_step`]).
+    save_every_step: bool,
 }
 
 /// A reserved place among the in-flight sagas; released when the saga's
@@ -166,7 +168,17 @@ impl Executor {
             driving: Mutex::new(HashSet::new()),
             permits: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
+            save_every_step: false,
         }
+    }
+
+    /// With `every`, the executor saves after every step: it never leaves
+    /// out the save [`engine::may_skip_save`] would allow. For a fleet
+    /// where instances of a version without the claim marking
+    /// ([`engine::claim`]) may still take sagas over.
+    pub fn saving_every_step(mut self, every: bool) -> Self {
+        self.save_every_step = every;
+        self
     }
 
     /// Reserves a place for one more in-flight saga, if there is one.
@@ -450,11 +462,12 @@ impl Executor {
             span.in_scope(|| count_and_log(&outcome));
             let succeeded = matches!(outcome, Outcome::Succeeded);
             engine::record(&mut saga, work, outcome, now_ms());
-            if engine::may_skip_save(&saga, work, succeeded, saved.holds_this_step)
+            if !self.save_every_step
+                && engine::may_skip_save(&saga, work, succeeded, saved.holds_this_step)
                 && saved.at.elapsed() <= self.policy.longest_sleep()
             {
+                // Not published: watchers see saved versions only.
                 saved.holds_this_step = false;
-                self.hub.publish(&saga);
                 continue;
             }
             self.persist(&mut saga).await?;

@@ -66,6 +66,8 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// After SIGTERM, how long in-flight steps get to finish and persist.
     pub shutdown_grace: Duration,
+    /// Save after every step (see `--save-every-step`): no save is left out.
+    pub save_every_step: bool,
     /// How long finished sagas are kept, the archive, the purge interval.
     /// The store must have been opened with the same
     /// ([`retention::RetentionSettings::store`]).
@@ -80,6 +82,7 @@ impl Default for Settings {
             max_wait: Duration::from_secs(30),
             max_in_flight: 10_000,
             shutdown_grace: Duration::from_secs(10),
+            save_every_step: false,
             retention: retention::RetentionSettings::default(),
         }
     }
@@ -135,15 +138,18 @@ pub async fn serve_with_console(
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let hub = Arc::new(hub::SagaHub::new());
-    let executor = Arc::new(Executor::new(
-        store.clone(),
-        definition,
-        settings.retry.clone(),
-        settings.lease.clone(),
-        hub.clone(),
-        shutdown.clone(),
-        settings.max_in_flight,
-    ));
+    let executor = Arc::new(
+        Executor::new(
+            store.clone(),
+            definition,
+            settings.retry.clone(),
+            settings.lease.clone(),
+            hub.clone(),
+            shutdown.clone(),
+            settings.max_in_flight,
+        )
+        .saving_every_step(settings.save_every_step),
+    );
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
     let purge = spawn_purge(store.clone(), &settings, shutdown.clone());
     let app = Arc::new(

@@ -333,6 +333,7 @@ pub fn test_settings(retry: RetryPolicy, port: u16) -> orchestrator::Settings {
         max_wait: Duration::from_secs(20),
         max_in_flight: 10_000,
         shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
         retention: Default::default(),
     }
 }

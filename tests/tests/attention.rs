@@ -54,6 +54,7 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
         max_wait: Duration::from_secs(10),
         max_in_flight: 100,
         shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
         retention: Default::default(),
     };
     let console = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;

@@ -39,6 +39,7 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         max_wait: Duration::from_secs(10),
         max_in_flight: 100,
         shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
         retention: Default::default(),
     };
     let orchestrator = saga_tests::serve_orchestrator_on(
@@ -169,6 +170,7 @@ fn lease_settings(owner: &str, ttl: Duration) -> orchestrator::Settings {
         max_wait: Duration::from_secs(10),
         max_in_flight: 100,
         shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
         retention: Default::default(),
     }
 }

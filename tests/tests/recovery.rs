@@ -25,6 +25,7 @@ fn settings(owner: &str, ttl_ms: u64) -> orchestrator::Settings {
         max_wait: Duration::from_secs(10),
         max_in_flight: 10_000,
         shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
         retention: Default::default(),
     }
 }

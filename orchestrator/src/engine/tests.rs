@@ -662,3 +662,36 @@ fn a_claimed_saga_that_compensates_undoes_the_possibly_sent_step_first() {
     record(&mut s, Next::Act(1), Outcome::Succeeded, 601);
     assert_eq!(s.status, SagaStatus::Completed);
 }
+
+#[test]
+fn only_a_first_attempt_success_whose_intent_is_stored_may_go_unsaved() {
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    assert!(may_skip_save(&s, Next::Act(0), true, true));
+    assert!(
+        !may_skip_save(&s, Next::Act(0), true, false),
+        "the store would be two steps behind"
+    );
+    record(&mut s, Next::Act(1), Outcome::Succeeded, 3);
+    assert!(
+        !may_skip_save(&s, Next::Act(1), true, true),
+        "the end is saved"
+    );
+
+    // A step that needed retries spent part of its deadline: saved, so a
+    // recovered saga never replays it with little of the deadline left.
+    let mut s = saga();
+    record(
+        &mut s,
+        Next::Act(0),
+        Outcome::Retrying("unavailable".into()),
+        2,
+    );
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 3);
+    assert_eq!(s.status, SagaStatus::Running);
+    assert!(!may_skip_save(&s, Next::Act(0), true, true));
+
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Refused("no".into()), 2);
+    assert!(!may_skip_save(&s, Next::Act(0), false, true));
+}
