@@ -140,6 +140,9 @@ pub struct Executor {
     max_in_flight: usize,
     /// No save is left out (see [`Executor::saving_every_step`]).
     save_every_step: bool,
+    /// When this executor was made (ms since the epoch): leases granted
+    /// since are this process's own.
+    started_ms: i64,
 }
 
 /// A reserved place among the in-flight sagas; released when the saga's
@@ -169,6 +172,7 @@ impl Executor {
             permits: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
             save_every_step: false,
+            started_ms: now_ms(),
         }
     }
 
@@ -214,6 +218,23 @@ impl Executor {
     /// This instance's name in leases and in the history it writes.
     pub fn owner(&self) -> &str {
         &self.lease.owner
+    }
+
+    /// Whether the saga's stored lease was granted no more than
+    /// [`RetryPolicy::longest_sleep`] ago: the condition for leaving a save
+    /// out ([`engine::may_skip_save`]). The next action then ends in a save
+    /// within the connect and call timeouts, so no save comes later after
+    /// the lease was granted than the longest gap the TTL is checked
+    /// against at start-up (a backoff sleep, a connect and a call) — the
+    /// lease still cannot run out under a live owner. Counted from the
+    /// lease, not from the save's end: a slow store write eats into it.
+    fn lease_is_young(&self, saga: &Saga) -> bool {
+        let ttl = i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX);
+        let young = i64::try_from(self.policy.longest_sleep().as_millis()).unwrap_or(0);
+        saga.lease.as_ref().is_some_and(|lease| {
+            let granted = lease.until_ms.saturating_sub(ttl);
+            now_ms().saturating_sub(granted) <= young
+        })
     }
 
     /// A lease for this instance starting now.
@@ -373,7 +394,9 @@ impl Executor {
             if self.shutdown.is_triggered() {
                 break;
             }
-            if self.driving.lock().is_ok_and(|d| d.contains(&saga.saga_id)) {
+            if self.driving.lock().is_ok_and(|d| d.contains(&saga.saga_id))
+                || self.leased_by_this_process(&saga)
+            {
                 continue;
             }
             // At the in-flight cap the rest wait for a later sweep.
@@ -383,6 +406,20 @@ impl Executor {
             }
         }
         Ok(claimed)
+    }
+
+    /// Whether `saga` holds a live lease this process granted (since it
+    /// started): a saga it drives or is about to drive — CreateOrder stores
+    /// a saga before its driver registers — never one to resume. The
+    /// start-up sweep, which also claims this instance's own sagas, would
+    /// otherwise take over a saga created while it ran.
+    fn leased_by_this_process(&self, saga: &Saga) -> bool {
+        let ttl = i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX);
+        saga.lease.as_ref().is_some_and(|lease| {
+            lease.owner == self.lease.owner
+                && lease.until_ms > now_ms()
+                && lease.until_ms.saturating_sub(ttl) >= self.started_ms
+        })
     }
 
     /// Sweeps at start-up (own sagas included) and then periodically until
@@ -409,8 +446,9 @@ impl Executor {
     pub async fn drive(&self, mut saga: Saga) -> Result<Saga, DriveError> {
         let mut current = Next::Done;
         let mut backoff = self.policy.backoff();
-        // Every caller saved the saga right before driving it.
-        let mut saved = SinceSave::new();
+        // Every caller saved the saga right before driving it: the store
+        // holds the intent of the step about to run.
+        let mut stored_this_step = true;
         loop {
             let work = engine::next(&saga);
             let (i, phase) = match work {
@@ -463,15 +501,15 @@ impl Executor {
             let succeeded = matches!(outcome, Outcome::Succeeded);
             engine::record(&mut saga, work, outcome, now_ms());
             if !self.save_every_step
-                && engine::may_skip_save(&saga, work, succeeded, saved.holds_this_step)
-                && saved.at.elapsed() <= self.policy.longest_sleep()
+                && engine::may_skip_save(&saga, work, succeeded, stored_this_step)
+                && self.lease_is_young(&saga)
             {
                 // Not published: watchers see saved versions only.
-                saved.holds_this_step = false;
+                stored_this_step = false;
                 continue;
             }
             self.persist(&mut saga).await?;
-            saved = SinceSave::new();
+            stored_this_step = true;
             self.hub.publish(&saga);
             if retrying {
                 let delay = backoff.next().unwrap_or(self.policy.max_delay);
@@ -619,31 +657,6 @@ async fn invoke(call: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) -> 
     match phase {
         Phase::Action => call.act(saga, step).await,
         Phase::Compensation => call.compensate(saga, step).await,
-    }
-}
-
-/// What the driver knows of its saga's last save.
-///
-/// A save between one step's success and the next step's action is left
-/// out when the engine allows it ([`engine::may_skip_save`]) and the last
-/// save is recent: no more than [`RetryPolicy::longest_sleep`] ago. The
-/// next action then ends in a save within the connect and call timeouts,
-/// so two saves are never further apart than the longest gap the lease
-/// TTL is checked against at start-up (a backoff sleep, a connect and a
-/// call) — the lease still cannot run out under a live owner.
-struct SinceSave {
-    /// When it happened.
-    at: std::time::Instant,
-    /// Whether it stored the step being run now (false after a skip).
-    holds_this_step: bool,
-}
-
-impl SinceSave {
-    fn new() -> Self {
-        SinceSave {
-            at: std::time::Instant::now(),
-            holds_this_step: true,
-        }
     }
 }
 
