@@ -192,10 +192,11 @@ pub trait SagaStore: Send + Sync + 'static {
     /// Sagas an instance may drive now, longest waiting first (by
     /// [`Saga::claimable_after_ms`], then id): not terminal, and either
     /// unleased, leased until before `now_ms`, or leased to `owner` (its own
-    /// sagas from before a restart). Served by two range scans of indexes
-    /// on `claimable_after_ms` (and `lease_owner, claimable_after_ms`),
-    /// merged by [`merge_claimable`]: no scan of sagas that are not
-    /// claimable, no sort. A stored saga that cannot be decoded is skipped
+    /// sagas from before a restart). Served by two index range scans
+    /// merged by [`merge_claimable`] (SQLite: both of its partial index of
+    /// unfinished sagas on `claimable_after_ms`; MongoDB: indexes on
+    /// `claimable_after_ms` and `lease_owner, claimable_after_ms`): no scan
+    /// of finished sagas, no sort. A stored saga that cannot be decoded is skipped
     /// (logged at ERROR and counted in `saga_store_undecodable_total`), so
     /// one bad document cannot stop the recovery of all the others.
     async fn claimable(
