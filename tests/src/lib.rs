@@ -22,6 +22,7 @@ pub mod process;
 pub mod prometheus;
 pub mod reflection;
 pub mod saga_list;
+pub mod wrapped_step;
 
 use embedded_store::Durability;
 use inventory_svc::store::SqliteInventoryStore;

@@ -28,12 +28,13 @@ use browser::Browser;
 use orchestrator::order_saga::OrderParticipants;
 use orchestrator::order_saga::call::Caller;
 use orchestrator::saga::{Saga, Step};
-use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use participant_kit::faults::{FaultSettings, Faults, TRANSIENT_MESSAGE};
 use saga_proto::faults::v1 as faults;
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as pb;
+use saga_tests::wrapped_step::{StepHook, Wrapped};
 use saga_tests::{Running, Service, channel, order_request, wait_terminal};
 use serde_json::{Value, json};
 use service_kit::auth::{Role, TokenAuth};
@@ -64,17 +65,9 @@ struct Held {
 }
 
 #[async_trait]
-impl SagaStep for Held {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn action(&self) -> &'static str {
-        self.inner.action()
-    }
-
-    fn compensation(&self) -> &'static str {
-        self.inner.compensation()
+impl StepHook for Held {
+    fn inner(&self) -> &Arc<dyn SagaStep> {
+        &self.inner
     }
 
     async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
@@ -83,14 +76,6 @@ impl SagaStep for Held {
             let _ = held.wait_for(|held| !held).await;
         }
         self.inner.act(saga, step).await
-    }
-
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
-        self.inner.compensate(saga, step).await
-    }
-
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
-        self.inner.records(saga, step).await
     }
 }
 
@@ -141,10 +126,10 @@ impl ConsoleStack {
         .steps()
         .into_iter()
         .map(|inner| {
-            Arc::new(Held {
+            Wrapped::step(Held {
                 inner,
                 held: held.clone(),
-            }) as Arc<dyn SagaStep>
+            })
         })
         .collect();
         let definition = Arc::new(SagaDefinition::new(steps).expect("definition"));

@@ -5,10 +5,11 @@
 use async_trait::async_trait;
 use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
-use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::intercepted_store::InterceptedStore;
+use saga_tests::wrapped_step::{StepHook, Wrapped};
 use saga_tests::{Service, Stack, Storage, fast_retry, order_request};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -135,25 +136,14 @@ struct SlowAction {
 }
 
 #[async_trait]
-impl SagaStep for SlowAction {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+impl StepHook for SlowAction {
+    fn inner(&self) -> &Arc<dyn SagaStep> {
+        &self.inner
     }
-    fn action(&self) -> &'static str {
-        self.inner.action()
-    }
-    fn compensation(&self) -> &'static str {
-        self.inner.compensation()
-    }
+
     async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
         tokio::time::sleep(self.pause).await;
         self.inner.act(saga, step).await
-    }
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
-        self.inner.compensate(saga, step).await
-    }
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
-        self.inner.records(saga, step).await
     }
 }
 
@@ -264,10 +254,10 @@ async fn a_takeover_of_a_live_owner_is_counted_and_one_of_a_crashed_owner_is_not
         .steps()
         .into_iter()
         .map(|inner| {
-            Arc::new(SlowAction {
+            Wrapped::step(SlowAction {
                 inner,
                 pause: Duration::from_millis(1_500),
-            }) as Arc<dyn SagaStep>
+            })
         })
         .collect();
     let c = start(

@@ -4,9 +4,10 @@
 use async_trait::async_trait;
 use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
-use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
+use saga_tests::wrapped_step::{StepHook, Wrapped};
 use saga_tests::{Service, Stack, Storage, fast_retry, order_request, wait_terminal};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -200,21 +201,9 @@ struct BrokenCompensation {
 }
 
 #[async_trait]
-impl SagaStep for BrokenCompensation {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn action(&self) -> &'static str {
-        self.inner.action()
-    }
-
-    fn compensation(&self) -> &'static str {
-        self.inner.compensation()
-    }
-
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
-        self.inner.act(saga, step).await
+impl StepHook for BrokenCompensation {
+    fn inner(&self) -> &Arc<dyn SagaStep> {
+        &self.inner
     }
 
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
@@ -222,10 +211,6 @@ impl SagaStep for BrokenCompensation {
             return StepOutcome::Transient("refund path is broken (test)".into());
         }
         self.inner.compensate(saga, step).await
-    }
-
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
-        self.inner.records(saga, step).await
     }
 }
 
@@ -240,10 +225,10 @@ async fn orchestrator_with_broken_compensations(
         .steps()
         .into_iter()
         .map(|inner| {
-            Arc::new(BrokenCompensation {
+            Wrapped::step(BrokenCompensation {
                 inner,
                 broken: broken.clone(),
-            }) as Arc<dyn SagaStep>
+            })
         })
         .collect();
     let definition = Arc::new(SagaDefinition::new(steps).expect("definition"));

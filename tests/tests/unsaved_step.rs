@@ -18,9 +18,10 @@
 use async_trait::async_trait;
 use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, SagaStatus, Step, StepStatus};
-use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
+use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
+use saga_tests::wrapped_step::{StepHook, Wrapped};
 use saga_tests::{Service, Stack, fast_retry, order_request};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,16 +37,11 @@ struct HangsAfterDeduct {
 }
 
 #[async_trait]
-impl SagaStep for HangsAfterDeduct {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+impl StepHook for HangsAfterDeduct {
+    fn inner(&self) -> &Arc<dyn SagaStep> {
+        &self.inner
     }
-    fn action(&self) -> &'static str {
-        self.inner.action()
-    }
-    fn compensation(&self) -> &'static str {
-        self.inner.compensation()
-    }
+
     async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
         let outcome = self.inner.act(saga, step).await;
         if outcome == StepOutcome::Done {
@@ -53,12 +49,6 @@ impl SagaStep for HangsAfterDeduct {
             std::future::pending::<()>().await;
         }
         outcome
-    }
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
-        self.inner.compensate(saga, step).await
-    }
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
-        self.inner.records(saga, step).await
     }
 }
 
@@ -100,10 +90,10 @@ async fn kill_after_the_deduct(
         .into_iter()
         .map(|inner| {
             if inner.name() == "inventory" {
-                Arc::new(HangsAfterDeduct {
+                Wrapped::step(HangsAfterDeduct {
                     inner,
                     applied: applied.clone(),
-                }) as Arc<dyn SagaStep>
+                })
             } else {
                 inner
             }
