@@ -571,13 +571,14 @@ impl Executor {
         let attention = saga.attention.take();
         saga.version += 1;
         saga.stamp_history(&self.lease.owner);
-        saga.lease = if saga.status.is_terminal() {
-            None
-        } else {
-            Some(self.new_lease())
-        };
+        let terminal = saga.status.is_terminal();
         let mut backoff = self.policy.backoff();
         loop {
+            // A lease from now on every attempt: a save that waited out a
+            // store outage longer than the TTL must not write a lease that
+            // is already over (another instance would claim the saga at
+            // once while this one goes on driving it).
+            saga.lease = (!terminal).then(|| self.new_lease());
             let error = match self.store.save(saga).await {
                 Ok(()) => return Ok(()),
                 Err(error) => error,
@@ -585,9 +586,13 @@ impl Executor {
             match error {
                 StoreError::Conflict { .. } => {
                     // An earlier attempt may have committed without us
-                    // hearing back: that is not a conflict.
+                    // hearing back: that is not a conflict. It wrote an
+                    // earlier lease, which is the one stored.
                     return match self.store.get(&saga.saga_id).await {
-                        Ok(Some(stored)) if stored == *saga => Ok(()),
+                        Ok(Some(stored)) if same_but_lease(&stored, saga) => {
+                            saga.lease = stored.lease;
+                            Ok(())
+                        }
                         Ok(Some(stored)) => {
                             self.lost_to(&stored);
                             Err(DriveError::Superseded)
@@ -658,6 +663,16 @@ async fn invoke(call: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) -> 
         Phase::Action => call.act(saga, step).await,
         Phase::Compensation => call.compensate(saga, step).await,
     }
+}
+
+/// Whether `stored` is `ours` written with another lease: the same
+/// version, history (stamped with its writer), steps and status — what an
+/// earlier attempt of the same save wrote. Another instance's write of that
+/// version differs at least in its history's writer.
+fn same_but_lease(stored: &Saga, ours: &Saga) -> bool {
+    let mut stored = stored.clone();
+    stored.lease.clone_from(&ours.lease);
+    stored == *ours
 }
 
 fn count_and_log(outcome: &Outcome) {

@@ -1,8 +1,10 @@
 //! A saga store that forwards to a real one, with the faults tests need
 //! precisely where they need them: every `create` answering some time
-//! after its insert committed (a caller that goes away mid-call), and
-//! saves refused as [`StoreError::Rejected`] while a switch is on (a
-//! document the store will not take, until a person fixes the cause).
+//! after its insert committed (a caller that goes away mid-call), saves
+//! refused as [`StoreError::Rejected`] while a switch is on (a document the
+//! store will not take, until a person fixes the cause), saves failing as
+//! [`StoreError::Unavailable`] while another is on (an outage), and saves
+//! that commit but answer Unavailable (a lost reply).
 //! Written once so each test states only its fault.
 
 use async_trait::async_trait;
@@ -25,6 +27,12 @@ pub struct InterceptedStore {
     pub refuse_saves: AtomicBool,
     /// Saves refused so far.
     pub refused_saves: AtomicUsize,
+    /// While true, every `save` fails as Unavailable and writes nothing.
+    pub down: AtomicBool,
+    /// Saves failed by `down` so far.
+    pub failed_saves: AtomicUsize,
+    /// The next this many saves commit and then answer Unavailable.
+    pub lost_replies: AtomicUsize,
 }
 
 impl InterceptedStore {
@@ -44,6 +52,9 @@ impl InterceptedStore {
             committed_creates: AtomicUsize::new(0),
             refuse_saves: AtomicBool::new(false),
             refused_saves: AtomicUsize::new(0),
+            down: AtomicBool::new(false),
+            failed_saves: AtomicUsize::new(0),
+            lost_replies: AtomicUsize::new(0),
         }
     }
 }
@@ -68,7 +79,20 @@ impl SagaStore for InterceptedStore {
             self.refused_saves.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Rejected(REFUSAL.into()));
         }
-        self.inner.save(saga).await
+        if self.down.load(Ordering::SeqCst) {
+            self.failed_saves.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable("the store is down (test)".into()));
+        }
+        self.inner.save(saga).await?;
+        let lose = self
+            .lost_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lose.is_ok() {
+            return Err(StoreError::Unavailable(
+                "committed, but the reply was lost (test)".into(),
+            ));
+        }
+        Ok(())
     }
     async fn get(&self, saga_id: &str) -> Result<Option<Saga>, StoreError> {
         self.inner.get(saga_id).await

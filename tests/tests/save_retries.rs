@@ -1,0 +1,174 @@
+//! A save the store does not answer at once: the executor waits out an
+//! outage and retries the same version, and the saga stays its own.
+//!
+//! - An outage longer than the lease: the save that finally lands carries a
+//!   lease from when it landed, not one that ran out while it waited (which
+//!   would let the recovery sweep take over a saga its owner still drives).
+//! - A save that committed but whose reply was lost: the retry meets its
+//!   own earlier write (with an earlier lease) and goes on; no takeover.
+
+use orchestrator::executor::LeasePolicy;
+use saga_proto::saga::v1 as pb;
+use saga_tests::intercepted_store::InterceptedStore;
+use saga_tests::{Running, Service, Stack, Storage, fast_retry, order_request};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(1_000);
+
+/// An orchestrator over `store`, owner `only-instance`, retrying the
+/// charge for as long as the test needs.
+async fn orchestrator(stack: &Stack, store: Arc<InterceptedStore>) -> Running {
+    let mut retry = fast_retry();
+    retry.action_attempts = 10_000;
+    let settings = orchestrator::Settings {
+        retry,
+        lease: LeasePolicy {
+            owner: "only-instance".into(),
+            ttl: TTL,
+            sweep_interval: Duration::from_millis(50),
+        },
+        max_wait: Duration::from_secs(10),
+        max_in_flight: 100,
+        shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
+        retention: Default::default(),
+    };
+    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    saga_tests::serve_orchestrator_on(
+        store,
+        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
+        settings,
+        service_kit::server::ServeOptions::default(),
+        listener,
+        None,
+    )
+}
+
+/// A stack whose payment-svc is down, so the charge is retried and every
+/// failed attempt is saved (with a lease) before the next.
+async fn stack_with_payment_down() -> (Stack, Arc<InterceptedStore>) {
+    let mut stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-1", 10).await;
+    stack.halt(Service::Payment).await;
+    let store = Arc::new(InterceptedStore::new(
+        Storage::from(stack.dir.path()).sagas().await,
+    ));
+    (stack, store)
+}
+
+async fn create(addr: std::net::SocketAddr, request_id: &str) -> String {
+    pb::order_service_client::OrderServiceClient::new(saga_tests::channel(addr).await)
+        .create_order(order_request(
+            request_id,
+            "alice",
+            &[("sku-1", 1, 300)],
+            false,
+        ))
+        .await
+        .expect("create")
+        .into_inner()
+        .saga_id
+}
+
+/// Waits for `what` to hold, for at most 15 s.
+async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !condition().await {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn claims(saga: &pb::Saga) -> Vec<&str> {
+    saga.history
+        .iter()
+        .map(|t| t.detail.as_str())
+        .filter(|d| {
+            d.starts_with("taken over")
+                || d.starts_with("claimed by")
+                || d.starts_with("resumed by")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_lease() {
+    let (mut stack, store) = stack_with_payment_down().await;
+    let orchestrator = orchestrator(&stack, store.clone()).await;
+    store.down.store(true, Ordering::SeqCst);
+    let saga_id = create(orchestrator.addr, "outage-1").await;
+    until("a save failed on the outage", async || {
+        store.failed_saves.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    // The outage outlasts the lease the waiting save was first given.
+    tokio::time::sleep(TTL + TTL / 2).await;
+    store.down.store(false, Ordering::SeqCst);
+    let back = service_kit::time::now_ms();
+
+    let sagas = stack.storage.sagas().await;
+    let mut landed = None;
+    until("the waiting save landed", async || {
+        landed = sagas
+            .get(&saga_id)
+            .await
+            .expect("read")
+            .filter(|s| s.version >= 2);
+        landed.is_some()
+    })
+    .await;
+    let until_ms = landed
+        .and_then(|s| s.lease)
+        .map(|lease| lease.until_ms)
+        .expect("a running saga is leased");
+    let ttl = TTL.as_millis() as i64;
+    assert!(
+        until_ms >= back + ttl / 2,
+        "the landed save's lease ends {} ms after the store came back; it was granted before \
+         the outage",
+        until_ms - back
+    );
+
+    stack.restart(Service::Payment).await;
+    let done =
+        saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(15)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    assert_eq!(
+        claims(&done),
+        Vec::<&str>::new(),
+        "its owner drove it throughout"
+    );
+    assert_eq!(stack.balance("alice").await, 700);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
+    let (mut stack, store) = stack_with_payment_down().await;
+    let orchestrator = orchestrator(&stack, store.clone()).await;
+    store.lost_replies.store(1, Ordering::SeqCst);
+    let saga_id = create(orchestrator.addr, "lost-reply-1").await;
+    until("the lost reply was used", async || {
+        store.lost_replies.load(Ordering::SeqCst) == 0
+    })
+    .await;
+
+    stack.restart(Service::Payment).await;
+    let done =
+        saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(15)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    assert_eq!(
+        claims(&done),
+        Vec::<&str>::new(),
+        "the retry met its own write and went on: {:?}",
+        done.history
+    );
+    assert_eq!(stack.balance("alice").await, 700);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
