@@ -321,6 +321,26 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
+/// Settings of an orchestrator instance named `owner` whose leases last
+/// `ttl`, retrying as `retry`, with a 50 ms recovery sweep: what the lease,
+/// recovery and store-fault tests start (each several instances, or one
+/// whose name its assertions use).
+pub fn instance_settings(owner: &str, ttl: Duration, retry: RetryPolicy) -> orchestrator::Settings {
+    orchestrator::Settings {
+        retry,
+        lease: orchestrator::executor::LeasePolicy {
+            owner: owner.into(),
+            ttl,
+            sweep_interval: Duration::from_millis(50),
+        },
+        max_wait: Duration::from_secs(10),
+        max_in_flight: 10_000,
+        shutdown_grace: Duration::from_secs(5),
+        save_every_step: false,
+        retention: Default::default(),
+    }
+}
+
 /// Test settings: `retry`, short leases owned by `test-<port>` (stable
 /// across a restart on the same port), a fast recovery sweep.
 pub fn test_settings(retry: RetryPolicy, port: u16) -> orchestrator::Settings {
@@ -745,6 +765,21 @@ pub async fn stock_as(inventory_addr: SocketAddr, product: &str, auth: TokenAuth
         .expect("get product")
         .into_inner()
         .available
+}
+
+/// The history entries of `saga` that record a change of its driver: a
+/// takeover, a claim or a resume (`engine::claim`'s details). Empty for a
+/// saga its creating instance drove to the end.
+pub fn ownership_changes(saga: &saga::Saga) -> Vec<&str> {
+    saga.history
+        .iter()
+        .map(|t| t.detail.as_str())
+        .filter(|d| {
+            d.starts_with("taken over")
+                || d.starts_with("claimed by")
+                || d.starts_with("resumed by")
+        })
+        .collect()
 }
 
 /// Polls GetSaga until the saga is terminal (or panics after `timeout`).

@@ -6,7 +6,6 @@
 //! recovery resumes it, the mark goes, and the participants' deduplication
 //! keeps the effect it had already caused to exactly one.
 
-use orchestrator::executor::LeasePolicy;
 use saga_proto::saga::v1 as pb;
 use saga_tests::intercepted_store::{InterceptedStore, REFUSAL};
 use saga_tests::{Stack, Storage, fast_retry, order_request};
@@ -44,19 +43,7 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
         Storage::from(stack.dir.path()).sagas().await,
     ));
     store.refuse_saves.store(true, Ordering::SeqCst);
-    let settings = orchestrator::Settings {
-        retry: fast_retry(),
-        lease: LeasePolicy {
-            owner: "only-instance".into(),
-            ttl: LEASE_TTL,
-            sweep_interval: Duration::from_millis(50),
-        },
-        max_wait: Duration::from_secs(10),
-        max_in_flight: 100,
-        shutdown_grace: Duration::from_secs(5),
-        save_every_step: false,
-        retention: Default::default(),
-    };
+    let settings = saga_tests::instance_settings("only-instance", LEASE_TTL, fast_retry());
     let console = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
     let console_addr = console.local_addr().expect("console addr").to_string();
     let orchestrator = saga_tests::serve_orchestrator_on(

@@ -3,7 +3,6 @@
 //! it idle until its own lease expires and the recovery sweep claims it.
 
 use async_trait::async_trait;
-use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
@@ -30,19 +29,7 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         Duration::from_millis(1_500),
     ));
     let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
-    let settings = orchestrator::Settings {
-        retry: fast_retry(),
-        lease: LeasePolicy {
-            owner: "only-instance".into(),
-            ttl: LEASE_TTL,
-            sweep_interval: Duration::from_millis(50),
-        },
-        max_wait: Duration::from_secs(10),
-        max_in_flight: 100,
-        shutdown_grace: Duration::from_secs(5),
-        save_every_step: false,
-        retention: Default::default(),
-    };
+    let settings = saga_tests::instance_settings("only-instance", LEASE_TTL, fast_retry());
     let orchestrator = saga_tests::serve_orchestrator_on(
         store.clone(),
         saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
@@ -107,16 +94,7 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(store.committed_creates.load(Ordering::SeqCst), 1);
-    let claims: Vec<&str> = saga
-        .history
-        .iter()
-        .map(|t| t.detail.as_str())
-        .filter(|d| {
-            d.starts_with("taken over")
-                || d.starts_with("claimed by")
-                || d.starts_with("resumed by")
-        })
-        .collect();
+    let claims = saga_tests::ownership_changes(&saga);
     assert!(
         claims.is_empty(),
         "the saga was driven by the instance that created it, not claimed: {claims:?}"
@@ -150,19 +128,7 @@ impl StepHook for SlowAction {
 fn lease_settings(owner: &str, ttl: Duration) -> orchestrator::Settings {
     let mut retry = fast_retry();
     retry.action_attempts = 10_000;
-    orchestrator::Settings {
-        retry,
-        lease: LeasePolicy {
-            owner: owner.into(),
-            ttl,
-            sweep_interval: Duration::from_millis(50),
-        },
-        max_wait: Duration::from_secs(10),
-        max_in_flight: 100,
-        shutdown_grace: Duration::from_secs(5),
-        save_every_step: false,
-        retention: Default::default(),
-    }
+    saga_tests::instance_settings(owner, ttl, retry)
 }
 
 /// The value of an unlabelled counter in the rendered exposition (0 when

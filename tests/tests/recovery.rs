@@ -2,7 +2,6 @@
 //! FAILED sagas resumed by RetrySaga.
 
 use async_trait::async_trait;
-use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, Step};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
@@ -16,19 +15,7 @@ use std::time::Duration;
 fn settings(owner: &str, ttl_ms: u64) -> orchestrator::Settings {
     let mut retry = fast_retry();
     retry.action_attempts = 10_000;
-    orchestrator::Settings {
-        retry,
-        lease: LeasePolicy {
-            owner: owner.into(),
-            ttl: Duration::from_millis(ttl_ms),
-            sweep_interval: Duration::from_millis(50),
-        },
-        max_wait: Duration::from_secs(10),
-        max_in_flight: 10_000,
-        shutdown_grace: Duration::from_secs(5),
-        save_every_step: false,
-        retention: Default::default(),
-    }
+    saga_tests::instance_settings(owner, Duration::from_millis(ttl_ms), retry)
 }
 
 async fn saga(addr: std::net::SocketAddr, saga_id: &str) -> pb::Saga {

@@ -7,7 +7,6 @@
 //! - A save that committed but whose reply was lost: the retry meets its
 //!   own earlier write (with an earlier lease) and goes on; no takeover.
 
-use orchestrator::executor::LeasePolicy;
 use saga_proto::saga::v1 as pb;
 use saga_tests::intercepted_store::InterceptedStore;
 use saga_tests::{Running, Service, Stack, Storage, fast_retry, order_request};
@@ -23,19 +22,7 @@ const TTL: Duration = Duration::from_millis(1_000);
 async fn orchestrator(stack: &Stack, store: Arc<InterceptedStore>) -> Running {
     let mut retry = fast_retry();
     retry.action_attempts = 10_000;
-    let settings = orchestrator::Settings {
-        retry,
-        lease: LeasePolicy {
-            owner: "only-instance".into(),
-            ttl: TTL,
-            sweep_interval: Duration::from_millis(50),
-        },
-        max_wait: Duration::from_secs(10),
-        max_in_flight: 100,
-        shutdown_grace: Duration::from_secs(5),
-        save_every_step: false,
-        retention: Default::default(),
-    };
+    let settings = saga_tests::instance_settings("only-instance", TTL, retry);
     let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     saga_tests::serve_orchestrator_on(
         store,
@@ -83,18 +70,6 @@ async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
     }
 }
 
-fn claims(saga: &pb::Saga) -> Vec<&str> {
-    saga.history
-        .iter()
-        .map(|t| t.detail.as_str())
-        .filter(|d| {
-            d.starts_with("taken over")
-                || d.starts_with("claimed by")
-                || d.starts_with("resumed by")
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_lease() {
     let (mut stack, store) = stack_with_payment_down().await;
@@ -138,7 +113,7 @@ async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_l
         saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(15)).await;
     assert_eq!(done.status(), pb::SagaStatus::Completed);
     assert_eq!(
-        claims(&done),
+        saga_tests::ownership_changes(&done),
         Vec::<&str>::new(),
         "its owner drove it throughout"
     );
@@ -163,7 +138,7 @@ async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
         saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(15)).await;
     assert_eq!(done.status(), pb::SagaStatus::Completed);
     assert_eq!(
-        claims(&done),
+        saga_tests::ownership_changes(&done),
         Vec::<&str>::new(),
         "the retry met its own write and went on: {:?}",
         done.history

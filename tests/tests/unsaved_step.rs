@@ -16,7 +16,6 @@
 //!   marking).
 
 use async_trait::async_trait;
-use orchestrator::executor::LeasePolicy;
 use orchestrator::saga::{Saga, SagaStatus, Step, StepStatus};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
@@ -56,17 +55,8 @@ fn settings(owner: &str, action_attempts: u32, save_every_step: bool) -> orchest
     let mut retry = fast_retry();
     retry.action_attempts = action_attempts;
     orchestrator::Settings {
-        retry,
-        lease: LeasePolicy {
-            owner: owner.into(),
-            ttl: Duration::from_millis(800),
-            sweep_interval: Duration::from_millis(50),
-        },
-        max_wait: Duration::from_secs(10),
-        max_in_flight: 100,
-        shutdown_grace: Duration::from_secs(5),
-        retention: Default::default(),
         save_every_step,
+        ..saga_tests::instance_settings(owner, Duration::from_millis(800), retry)
     }
 }
 
