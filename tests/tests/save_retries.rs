@@ -70,9 +70,26 @@ async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
     }
 }
 
+/// Brings payment-svc back and checks the saga then completes, charged
+/// once, driven throughout by the instance that created it; stops both.
+async fn completes_with_its_owner(mut stack: Stack, orchestrator: Running, saga_id: &str) {
+    stack.restart(Service::Payment).await;
+    let done = saga_tests::wait_terminal(orchestrator.addr, saga_id, Duration::from_secs(15)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    assert_eq!(
+        saga_tests::ownership_changes(&done),
+        Vec::<&str>::new(),
+        "its owner drove it throughout: {:?}",
+        done.history
+    );
+    assert_eq!(stack.balance("alice").await, 700);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_lease() {
-    let (mut stack, store) = stack_with_payment_down().await;
+    let (stack, store) = stack_with_payment_down().await;
     let orchestrator = orchestrator(&stack, store.clone()).await;
     store.down.store(true, Ordering::SeqCst);
     let saga_id = create(orchestrator.addr, "outage-1").await;
@@ -108,23 +125,12 @@ async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_l
         until_ms - back
     );
 
-    stack.restart(Service::Payment).await;
-    let done =
-        saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(15)).await;
-    assert_eq!(done.status(), pb::SagaStatus::Completed);
-    assert_eq!(
-        saga_tests::ownership_changes(&done),
-        Vec::<&str>::new(),
-        "its owner drove it throughout"
-    );
-    assert_eq!(stack.balance("alice").await, 700);
-    orchestrator.stop().await;
-    stack.stop().await;
+    completes_with_its_owner(stack, orchestrator, &saga_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
-    let (mut stack, store) = stack_with_payment_down().await;
+    let (stack, store) = stack_with_payment_down().await;
     let orchestrator = orchestrator(&stack, store.clone()).await;
     store.lost_replies.store(1, Ordering::SeqCst);
     let saga_id = create(orchestrator.addr, "lost-reply-1").await;
@@ -133,17 +139,5 @@ async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
     })
     .await;
 
-    stack.restart(Service::Payment).await;
-    let done =
-        saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(15)).await;
-    assert_eq!(done.status(), pb::SagaStatus::Completed);
-    assert_eq!(
-        saga_tests::ownership_changes(&done),
-        Vec::<&str>::new(),
-        "the retry met its own write and went on: {:?}",
-        done.history
-    );
-    assert_eq!(stack.balance("alice").await, 700);
-    orchestrator.stop().await;
-    stack.stop().await;
+    completes_with_its_owner(stack, orchestrator, &saga_id).await;
 }
