@@ -614,7 +614,7 @@ mod tests {
             .await
             .unwrap();
         }
-        assert!(400 < WRITER_CHECKPOINT_PAGES);
+        const { assert!(400 < WRITER_CHECKPOINT_PAGES) };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while main_file() < before + 400 * 3_000 {
             assert!(
