@@ -349,27 +349,30 @@ fn inherit_unsaved_intent(saga: &mut Saga, now_ms: i64) {
 }
 
 /// Whether the executor may send the next action without saving first,
-/// once `work` `succeeded` and was recorded: only a forward step's success
-/// that began the next step's intent, and only if the store holds the
-/// intent of the step that just succeeded (`stored_this_step`: the last
-/// save was not itself skipped), so the store is never more than one step
-/// behind — which is what [`inherit_unsaved_intent`] assumes after a
-/// crash. Every other outcome (a refusal, a retry, a compensation, the
-/// end) is saved before anything else is sent.
+/// once the outcome of `work` was recorded: only a forward step's success
+/// (the step `Succeeded`, the saga still running: the next step's intent
+/// began), and only if the store holds the intent of the step that just
+/// succeeded (`stored_this_step`: the last save was not itself skipped), so
+/// the store is never more than one step behind — which is what
+/// [`inherit_unsaved_intent`] assumes after a crash. Every other outcome (a
+/// refusal, a retry, a compensation, the end) is saved before anything else
+/// is sent.
 ///
 /// And only if the step succeeded at its first attempt: a recovered saga
 /// replays the stored step under that step's deadline (counted from its
 /// first attempt), so a step that had already spent part of it on retries
 /// could give up on replay and cancel a saga that had succeeded. Saved
 /// after a retried step, the store is never behind one.
-pub fn may_skip_save(saga: &Saga, work: Next, succeeded: bool, stored_this_step: bool) -> bool {
+pub fn may_skip_save(saga: &Saga, work: Next, stored_this_step: bool) -> bool {
     let Next::Act(i) = work else {
         return false;
     };
     stored_this_step
-        && succeeded
         && saga.status == SagaStatus::Running
-        && saga.steps.get(i).is_some_and(|step| step.attempts <= 1)
+        && saga
+            .steps
+            .get(i)
+            .is_some_and(|step| step.status == StepStatus::Succeeded && step.attempts <= 1)
 }
 
 /// Records that `owner` gives the saga's lease up at shutdown, so another

@@ -229,20 +229,28 @@ impl Executor {
     /// lease still cannot run out under a live owner. Counted from the
     /// lease, not from the save's end: a slow store write eats into it.
     fn lease_is_young(&self, saga: &Saga) -> bool {
-        let ttl = i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX);
         let young = i64::try_from(self.policy.longest_sleep().as_millis()).unwrap_or(0);
-        saga.lease.as_ref().is_some_and(|lease| {
-            let granted = lease.until_ms.saturating_sub(ttl);
-            now_ms().saturating_sub(granted) <= young
-        })
+        saga.lease
+            .as_ref()
+            .is_some_and(|lease| now_ms().saturating_sub(self.granted_ms(lease)) <= young)
+    }
+
+    /// This instance's lease TTL in milliseconds.
+    fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// When `lease` was granted, if it was granted with this instance's TTL
+    /// (ms since the epoch).
+    fn granted_ms(&self, lease: &Lease) -> i64 {
+        lease.until_ms.saturating_sub(self.ttl_ms())
     }
 
     /// A lease for this instance starting now.
     pub fn new_lease(&self) -> Lease {
         Lease {
             owner: self.lease.owner.clone(),
-            until_ms: now_ms()
-                .saturating_add(i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX)),
+            until_ms: now_ms().saturating_add(self.ttl_ms()),
         }
     }
 
@@ -363,8 +371,7 @@ impl Executor {
         );
         let now = now_ms();
         let attention = Attention::refused(previous, error.to_string(), now);
-        let retry_after =
-            now.saturating_add(i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX));
+        let retry_after = now.saturating_add(self.ttl_ms());
         match self
             .store
             .flag_attention(saga, &attention, retry_after)
@@ -414,11 +421,10 @@ impl Executor {
     /// start-up sweep, which also claims this instance's own sagas, would
     /// otherwise take over a saga created while it ran.
     fn leased_by_this_process(&self, saga: &Saga) -> bool {
-        let ttl = i64::try_from(self.lease.ttl.as_millis()).unwrap_or(i64::MAX);
         saga.lease.as_ref().is_some_and(|lease| {
             lease.owner == self.lease.owner
                 && lease.until_ms > now_ms()
-                && lease.until_ms.saturating_sub(ttl) >= self.started_ms
+                && self.granted_ms(lease) >= self.started_ms
         })
     }
 
@@ -498,10 +504,9 @@ impl Executor {
                 Outcome::Retrying(_) | Outcome::CompensationRetrying(_)
             );
             span.in_scope(|| count_and_log(&outcome));
-            let succeeded = matches!(outcome, Outcome::Succeeded);
             engine::record(&mut saga, work, outcome, now_ms());
             if !self.save_every_step
-                && engine::may_skip_save(&saga, work, succeeded, stored_this_step)
+                && engine::may_skip_save(&saga, work, stored_this_step)
                 && self.lease_is_young(&saga)
             {
                 // Not published: watchers see saved versions only.

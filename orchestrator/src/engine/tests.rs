@@ -527,9 +527,8 @@ fn run_saving(n: usize, fate: impl Fn(usize) -> Fate) -> (usize, Vec<(usize, Sag
             }
             _ => Outcome::Compensated,
         };
-        let succeeded = outcome == Outcome::Succeeded;
         record(&mut s, w, outcome, now);
-        if may_skip_save(&s, w, succeeded, stored_this_step) {
+        if may_skip_save(&s, w, stored_this_step) {
             stored_this_step = false;
         } else {
             stored = s.clone();
@@ -667,16 +666,13 @@ fn a_claimed_saga_that_compensates_undoes_the_possibly_sent_step_first() {
 fn only_a_first_attempt_success_whose_intent_is_stored_may_go_unsaved() {
     let mut s = saga();
     record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
-    assert!(may_skip_save(&s, Next::Act(0), true, true));
+    assert!(may_skip_save(&s, Next::Act(0), true));
     assert!(
-        !may_skip_save(&s, Next::Act(0), true, false),
+        !may_skip_save(&s, Next::Act(0), false),
         "the store would be two steps behind"
     );
     record(&mut s, Next::Act(1), Outcome::Succeeded, 3);
-    assert!(
-        !may_skip_save(&s, Next::Act(1), true, true),
-        "the end is saved"
-    );
+    assert!(!may_skip_save(&s, Next::Act(1), true), "the end is saved");
 
     // A step that needed retries spent part of its deadline: saved, so a
     // recovered saga never replays it with little of the deadline left.
@@ -689,9 +685,9 @@ fn only_a_first_attempt_success_whose_intent_is_stored_may_go_unsaved() {
     );
     record(&mut s, Next::Act(0), Outcome::Succeeded, 3);
     assert_eq!(s.status, SagaStatus::Running);
-    assert!(!may_skip_save(&s, Next::Act(0), true, true));
+    assert!(!may_skip_save(&s, Next::Act(0), true));
 
     let mut s = saga();
     record(&mut s, Next::Act(0), Outcome::Refused("no".into()), 2);
-    assert!(!may_skip_save(&s, Next::Act(0), false, true));
+    assert!(!may_skip_save(&s, Next::Act(0), true));
 }
