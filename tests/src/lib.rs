@@ -344,19 +344,10 @@ pub fn instance_settings(owner: &str, ttl: Duration, retry: RetryPolicy) -> orch
 /// Test settings: `retry`, short leases owned by `test-<port>` (stable
 /// across a restart on the same port), a fast recovery sweep.
 pub fn test_settings(retry: RetryPolicy, port: u16) -> orchestrator::Settings {
-    orchestrator::Settings {
-        retry,
-        lease: orchestrator::executor::LeasePolicy {
-            owner: format!("test-{port}"),
-            ttl: Duration::from_secs(3),
-            sweep_interval: Duration::from_millis(100),
-        },
-        max_wait: Duration::from_secs(20),
-        max_in_flight: 10_000,
-        shutdown_grace: Duration::from_secs(5),
-        save_every_step: false,
-        retention: Default::default(),
-    }
+    let mut settings = instance_settings(&format!("test-{port}"), Duration::from_secs(3), retry);
+    settings.lease.sweep_interval = Duration::from_millis(100);
+    settings.max_wait = Duration::from_secs(20);
+    settings
 }
 
 /// Starts the orchestrator with its store in `storage`, calling the given
