@@ -584,20 +584,28 @@ mod tests {
             .unwrap_or(0)
     }
 
+    /// Waits up to 10 s for `condition`; fails the test naming `what`.
+    async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !condition() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never happened: {what}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     #[tokio::test]
     async fn the_checkpointer_copies_the_wal_long_before_the_writer_would_and_stops_with_the_db() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("zq.db");
         let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
         // A thread names itself once it runs.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while threads_named("sqlite-ckpt-zq") != 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no checkpointer thread"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        wait_until("one checkpointer thread", || {
+            threads_named("sqlite-ckpt-zq") == 1
+        })
+        .await;
         let main_file = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let before = main_file();
         // About 400 pages of WAL: far below the writer's own threshold.
@@ -615,24 +623,15 @@ mod tests {
             .unwrap();
         }
         const { assert!(400 < WRITER_CHECKPOINT_PAGES) };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while main_file() < before + 400 * 3_000 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the main file never received the WAL's pages: {} bytes",
-                main_file()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until("the main file received the WAL's pages", || {
+            main_file() >= before + 400 * 3_000
+        })
+        .await;
         drop(db);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while threads_named("sqlite-ckpt-zq") > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the checkpointer outlived its database"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until("the checkpointer stopped with its database", || {
+            threads_named("sqlite-ckpt-zq") == 0
+        })
+        .await;
     }
 
     #[tokio::test]
