@@ -15,7 +15,7 @@
 //! `COMMIT` returns, so nothing is acknowledged before it is durable.
 //!
 //! A write made while no other write of this database is in progress, and
-//! after none has ended for a quarter of a millisecond, does not go to the
+//! after none has ended for a tenth of a millisecond, does not go to the
 //! writer thread at all: the calling task takes the connection and commits
 //! its own transaction inline. At low load that
 //! saves two thread hand-offs per write (a wake-up of the writer, a wake-up
@@ -126,10 +126,15 @@ struct Writer {
 }
 
 /// How long the database must have been without writes for one to commit
-/// inline (µs): longer than the gap between writes under load (~120 µs at
-/// 8,000 writes/s), shorter than an idle saga's gap between its writes
-/// (a participant round trip, ~400 µs).
-const INLINE_AFTER_QUIET_US: u64 = 250;
+/// inline (µs). Shorter than any gap between writes at low load — an idle
+/// saga's two writes are a participant round trip apart (~400 µs), but one
+/// saga's last write and the next saga's first only a reply and a new call
+/// (~150–250 µs), which 250 µs sent through the writer thread (BENCHMARKS.md,
+/// session 7: idle orchestrator CPU −9% at 100) — and about the gap between
+/// writes at concurrency 64 (~100 µs at 10,000 writes/s), where most still
+/// overlap and group-commit: no write in progress alone, without a quiet
+/// period, cost 17% of the throughput there; 100 µs cost nothing measurable.
+const INLINE_AFTER_QUIET_US: u64 = 100;
 
 impl Writer {
     fn now_us(&self) -> u64 {
