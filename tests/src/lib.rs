@@ -709,6 +709,22 @@ pub fn order_request(
     }
 }
 
+/// CreateOrder without waiting at the orchestrator on `addr`; the new
+/// saga's id.
+pub async fn start_order(
+    addr: SocketAddr,
+    request_id: &str,
+    customer: &str,
+    items: &[(&str, i64, i64)],
+) -> String {
+    OrderServiceClient::new(channel(addr).await)
+        .create_order(order_request(request_id, customer, items, false))
+        .await
+        .expect("create")
+        .into_inner()
+        .saga_id
+}
+
 /// A connected channel (retrying while the server starts).
 pub async fn channel(addr: SocketAddr) -> Channel {
     let endpoint =

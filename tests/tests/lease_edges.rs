@@ -9,7 +9,7 @@ use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::intercepted_store::InterceptedStore;
 use saga_tests::wrapped_step::{StepHook, Wrapped};
-use saga_tests::{Service, Stack, Storage, fast_retry, order_request};
+use saga_tests::{Service, Stack, Storage, fast_retry, order_request, start_order};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -142,20 +142,6 @@ fn counter(rendered: &str, name: &str) -> u64 {
         .sum()
 }
 
-async fn create(addr: std::net::SocketAddr, request_id: &str) -> String {
-    pb::order_service_client::OrderServiceClient::new(saga_tests::channel(addr).await)
-        .create_order(order_request(
-            request_id,
-            "bob",
-            &[("sku-2", 1, 100)],
-            false,
-        ))
-        .await
-        .expect("create")
-        .into_inner()
-        .saga_id
-}
-
 /// Both kinds of takeover in one test: the metrics recorder is global to
 /// this test binary, and only this test records into it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +171,7 @@ async fn a_takeover_of_a_live_owner_is_counted_and_one_of_a_crashed_owner_is_not
         lease_settings("instance-a", Duration::from_secs(1)),
         definition.clone(),
     );
-    let first = create(a.addr, "dead-owner-1").await;
+    let first = start_order(a.addr, "dead-owner-1", "bob", &[("sku-2", 1, 100)]).await;
     let store = storage.sagas().await;
     let deadline = Instant::now() + Duration::from_secs(15);
     while store
@@ -230,7 +216,7 @@ async fn a_takeover_of_a_live_owner_is_counted_and_one_of_a_crashed_owner_is_not
         lease_settings("instance-c", Duration::from_millis(300)),
         Arc::new(SagaDefinition::new(slow).expect("definition")),
     );
-    let second = create(c.addr, "live-owner-1").await;
+    let second = start_order(c.addr, "live-owner-1", "bob", &[("sku-2", 1, 100)]).await;
     let done = saga_tests::wait_terminal(b.addr, &second, Duration::from_secs(15)).await;
     assert_eq!(done.status(), pb::SagaStatus::Completed);
     assert!(

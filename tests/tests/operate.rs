@@ -286,17 +286,10 @@ async fn a_saga_interrupted_by_graceful_shutdown_completes_after_restart() {
     assert_eq!(done.status(), pb::SagaStatus::Completed);
     // Inside first's 60 s lease: the history shows second claimed the
     // released saga — no takeover, nobody else.
-    let owners: Vec<&str> = done
-        .history
-        .iter()
-        .map(|t| t.detail.as_str())
-        .filter(|d| {
-            d.starts_with("claimed by")
-                || d.starts_with("taken over")
-                || d.starts_with("resumed by")
-        })
-        .collect();
-    assert_eq!(owners, ["claimed by second (no lease held)"]);
+    assert_eq!(
+        saga_tests::ownership_changes(&done),
+        ["claimed by second (no lease held)"]
+    );
     assert_eq!(stack.balance("alice").await, 800);
     assert_eq!(stack.stock("sku-apple").await, 8);
     orchestrator.stop().await;

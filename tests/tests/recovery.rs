@@ -7,7 +7,7 @@ use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::wrapped_step::{StepHook, Wrapped};
-use saga_tests::{Service, Stack, Storage, fast_retry, order_request, wait_terminal};
+use saga_tests::{Service, Stack, Storage, fast_retry, start_order, wait_terminal};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,19 +26,6 @@ async fn saga(addr: std::net::SocketAddr, saga_id: &str) -> pb::Saga {
         .await
         .expect("get saga")
         .into_inner()
-}
-
-async fn create(
-    addr: std::net::SocketAddr,
-    request_id: &str,
-    items: &[(&str, i64, i64)],
-) -> String {
-    pb::order_service_client::OrderServiceClient::new(saga_tests::channel(addr).await)
-        .create_order(order_request(request_id, "alice", items, false))
-        .await
-        .expect("create")
-        .into_inner()
-        .saga_id
 }
 
 /// Waits until `check` holds for the saga (or panics).
@@ -82,7 +69,7 @@ async fn a_crashed_orchestrator_resumes_its_sagas_at_once_on_restart() {
 
     // A long lease: only "same owner restarts" can explain a quick resume.
     let first = crashable(storage.clone(), &stack, settings("instance-a", 60_000));
-    let saga_id = create(first.addr, "crash-1", &[("sku-apple", 2, 100)]).await;
+    let saga_id = start_order(first.addr, "crash-1", "alice", &[("sku-apple", 2, 100)]).await;
     until(first.addr, &saga_id, "deduct retries", |s| {
         s.steps
             .iter()
@@ -124,7 +111,7 @@ async fn another_instance_takes_over_a_saga_whose_lease_expired() {
     // Exactly two instances on the store: A drives, B sweeps.
     let a = crashable(storage.clone(), &stack, settings("instance-a", 1_000));
     let b = crashable(storage.clone(), &stack, settings("instance-b", 1_000));
-    let saga_id = create(a.addr, "lease-1", &[("sku-apple", 1, 100)]).await;
+    let saga_id = start_order(a.addr, "lease-1", "alice", &[("sku-apple", 1, 100)]).await;
     // A keeps retrying the charge, renewing its lease with every save.
     let before = until(a.addr, &saga_id, "charge retries", |s| {
         s.steps
@@ -242,7 +229,13 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
     );
 
     // 5 pears, 3 in stock: charged, deduct refused, refund keeps failing.
-    let saga_id = create(orchestrator.addr, "failed-1", &[("sku-pear", 5, 100)]).await;
+    let saga_id = start_order(
+        orchestrator.addr,
+        "failed-1",
+        "alice",
+        &[("sku-pear", 5, 100)],
+    )
+    .await;
     let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
     assert_eq!(failed.status(), pb::SagaStatus::Failed);
     assert!(failed.reason.contains("refund"), "{}", failed.reason);
@@ -335,7 +328,13 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
     let broken = Arc::new(AtomicBool::new(true));
     let window = Duration::from_millis(300);
     let orchestrator = orchestrator_with_broken_compensations(&stack, &broken, Some(window)).await;
-    let saga_id = create(orchestrator.addr, "too-late-1", &[("sku-pear", 5, 100)]).await;
+    let saga_id = start_order(
+        orchestrator.addr,
+        "too-late-1",
+        "alice",
+        &[("sku-pear", 5, 100)],
+    )
+    .await;
     let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
     assert_eq!(failed.status(), pb::SagaStatus::Failed);
     let created_ms = millis(failed.created_at);
@@ -386,7 +385,13 @@ async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
         listener,
     )
     .await;
-    let saga_id = create(orchestrator.addr, "deadline-1", &[("sku-apple", 1, 100)]).await;
+    let saga_id = start_order(
+        orchestrator.addr,
+        "deadline-1",
+        "alice",
+        &[("sku-apple", 1, 100)],
+    )
+    .await;
     // The deduct's outcome is unknown after the deadline: it is compensated
     // too, before the charge, so the saga waits for inventory to answer.
     let giving_up = until(orchestrator.addr, &saga_id, "give up", |s| {

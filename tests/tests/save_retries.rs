@@ -9,7 +9,7 @@
 
 use saga_proto::saga::v1 as pb;
 use saga_tests::intercepted_store::InterceptedStore;
-use saga_tests::{Running, Service, Stack, Storage, fast_retry, order_request};
+use saga_tests::{Running, Service, Stack, Storage, fast_retry, start_order};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -47,20 +47,6 @@ async fn stack_with_payment_down() -> (Stack, Arc<InterceptedStore>) {
     (stack, store)
 }
 
-async fn create(addr: std::net::SocketAddr, request_id: &str) -> String {
-    pb::order_service_client::OrderServiceClient::new(saga_tests::channel(addr).await)
-        .create_order(order_request(
-            request_id,
-            "alice",
-            &[("sku-1", 1, 300)],
-            false,
-        ))
-        .await
-        .expect("create")
-        .into_inner()
-        .saga_id
-}
-
 /// Waits for `what` to hold, for at most 15 s.
 async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -92,7 +78,7 @@ async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_l
     let (stack, store) = stack_with_payment_down().await;
     let orchestrator = orchestrator(&stack, store.clone()).await;
     store.down.store(true, Ordering::SeqCst);
-    let saga_id = create(orchestrator.addr, "outage-1").await;
+    let saga_id = start_order(orchestrator.addr, "outage-1", "alice", &[("sku-1", 1, 300)]).await;
     until("a save failed on the outage", async || {
         store.failed_saves.load(Ordering::SeqCst) > 0
     })
@@ -133,7 +119,13 @@ async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
     let (stack, store) = stack_with_payment_down().await;
     let orchestrator = orchestrator(&stack, store.clone()).await;
     store.lost_replies.store(1, Ordering::SeqCst);
-    let saga_id = create(orchestrator.addr, "lost-reply-1").await;
+    let saga_id = start_order(
+        orchestrator.addr,
+        "lost-reply-1",
+        "alice",
+        &[("sku-1", 1, 300)],
+    )
+    .await;
     until("the lost reply was used", async || {
         store.lost_replies.load(Ordering::SeqCst) == 0
     })
