@@ -49,8 +49,8 @@ pub async fn seed_when_up(
 
 /// Idempotent seeding through the services' own APIs.
 pub async fn seed(
-    payment_channel: tonic::transport::Channel,
-    inventory_channel: tonic::transport::Channel,
+    payment_channel: service_kit::channel::GrpcChannel,
+    inventory_channel: service_kit::channel::GrpcChannel,
     admin: &service_kit::auth::TokenAuth,
 ) -> Result<(), tonic::Status> {
     let mut payment = payment::payment_service_client::PaymentServiceClient::new(payment_channel);
@@ -90,7 +90,7 @@ pub const DEMO_ORDERS: [(&str, &str, &str, i64, i64); 3] = [
 /// restart finds them by request id and places nothing), one after the
 /// other, each waited for.
 pub async fn demo_orders(
-    orchestrator_channel: tonic::transport::Channel,
+    orchestrator_channel: service_kit::channel::GrpcChannel,
 ) -> Result<(), tonic::Status> {
     use saga_proto::saga::v1 as saga;
     let mut orders = saga::order_service_client::OrderServiceClient::new(orchestrator_channel);

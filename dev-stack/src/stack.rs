@@ -8,11 +8,11 @@ use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryS
 use orchestrator::order_saga::OrderParticipants;
 use participant_kit::{HistoryRetention, Kit};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
+use service_kit::channel::GrpcChannel;
 use service_kit::server;
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tonic::transport::Channel;
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -122,7 +122,7 @@ fn serve_options(config: &DevConfig) -> Result<server::ServeOptions, BoxError> {
 
 /// The orchestrator's channels to its two participants in this process
 /// (`http://` is upgraded to `https://` when `--tls-ca` is set).
-fn channels(config: &DevConfig, addrs: &Addresses) -> Result<(Channel, Channel), BoxError> {
+fn channels(config: &DevConfig, addrs: &Addresses) -> Result<(GrpcChannel, GrpcChannel), BoxError> {
     let channel =
         |addr: &str| orchestrator::participant_channel_with(&format!("http://{addr}"), &config.tls);
     Ok((channel(&addrs.payment)?, channel(&addrs.inventory)?))

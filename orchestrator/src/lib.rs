@@ -287,16 +287,14 @@ pub async fn open_saga_store(
 pub const PARTICIPANT_CONNECT_TIMEOUT: Duration =
     service_kit::retention::PARTICIPANT_CONNECT_TIMEOUT;
 
-/// A lazily connecting channel to a participant: the orchestrator starts
-/// even when a participant is down, and calls to it fail (and are retried)
-/// until it is up.
+/// A lazily connecting channel to a participant
+/// ([`service_kit::channel::GrpcChannel`]): the orchestrator starts even
+/// when a participant is down, and calls to it fail (and are retried) until
+/// it is up.
 pub fn participant_channel(
     addr: &str,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    Ok(tonic::transport::Endpoint::from_shared(addr.to_owned())?
-        .tcp_nodelay(true)
-        .connect_timeout(PARTICIPANT_CONNECT_TIMEOUT)
-        .connect_lazy())
+) -> Result<service_kit::channel::GrpcChannel, service_kit::tls::TlsError> {
+    participant_channel_with(addr, &service_kit::tls::TlsConfig::default())
 }
 
 /// [`participant_channel`] over TLS when `tls` has a CA or `addr` is
@@ -304,9 +302,6 @@ pub fn participant_channel(
 pub fn participant_channel_with(
     addr: &str,
     tls: &service_kit::tls::TlsConfig,
-) -> Result<tonic::transport::Channel, service_kit::tls::TlsError> {
-    Ok(service_kit::tls::client_endpoint(addr, tls)?
-        .tcp_nodelay(true)
-        .connect_timeout(PARTICIPANT_CONNECT_TIMEOUT)
-        .connect_lazy())
+) -> Result<service_kit::channel::GrpcChannel, service_kit::tls::TlsError> {
+    service_kit::channel::GrpcChannel::lazy(addr, tls, PARTICIPANT_CONNECT_TIMEOUT)
 }

@@ -18,9 +18,9 @@ pub mod inventory;
 pub mod payment;
 
 use crate::step::{DefinitionError, SagaDefinition, SagaStep};
+use service_kit::channel::GrpcChannel;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::Channel;
 
 /// Name of the payment step.
 pub const PAYMENT: &str = "payment";
@@ -37,13 +37,13 @@ pub struct OrderParticipants {
 impl OrderParticipants {
     /// Participants on these channels; each call's deadline is
     /// `call_timeout`; no service token is sent.
-    pub fn new(payment: Channel, inventory: Channel, call_timeout: Duration) -> Self {
+    pub fn new(payment: GrpcChannel, inventory: GrpcChannel, call_timeout: Duration) -> Self {
         Self::with_caller(payment, inventory, call::Caller::new(call_timeout))
     }
 
     /// Participants on these channels, called as `caller` says (deadline,
     /// service token).
-    pub fn with_caller(payment: Channel, inventory: Channel, caller: call::Caller) -> Self {
+    pub fn with_caller(payment: GrpcChannel, inventory: GrpcChannel, caller: call::Caller) -> Self {
         OrderParticipants {
             payment: Arc::new(payment::PaymentStep::new(payment, caller.clone())),
             inventory: Arc::new(inventory::InventoryStep::new(inventory, caller)),

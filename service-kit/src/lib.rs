@@ -2,6 +2,8 @@
 //!
 //! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
 //!   checked by the admin RPCs and attached by their clients.
+//! - [`channel`]: the gRPC client channel the orchestrator calls its
+//!   participants through (one HTTP/2 connection, no buffer task).
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
 //!   a true duplicate (same request id, same parameters) from a reused id.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
@@ -25,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod channel;
 pub mod fingerprint;
 pub mod metrics;
 pub mod retention;

@@ -204,3 +204,29 @@ async fn a_participant_that_is_down_only_delays_the_saga() {
     payment.stop().await;
     inventory.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_restarted_under_a_running_orchestrator_is_reconnected() {
+    let mut stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    // The orchestrator's connections to both participants are open.
+    let first = stack
+        .order("reconnect-1", "alice", &[("sku-apple", 1, 100)])
+        .await
+        .expect("order");
+    assert_eq!(first.status(), pb::SagaStatus::Completed, "{first:?}");
+
+    // Both go away (their connections close) and come back on the same
+    // ports: the next saga connects again, without an orchestrator restart.
+    stack.restart(Service::Payment).await;
+    stack.restart(Service::Inventory).await;
+    let second = stack
+        .order("reconnect-2", "alice", &[("sku-apple", 2, 100)])
+        .await
+        .expect("order");
+    assert_eq!(second.status(), pb::SagaStatus::Completed, "{second:?}");
+    assert_eq!(stack.balance("alice").await, 700);
+    assert_eq!(stack.stock("sku-apple").await, 7);
+    stack.stop().await;
+}

@@ -184,7 +184,13 @@ fn charge(request_id: &str, cents: i64) -> payment::ChargeRequest {
     }
 }
 
-async fn balance(client: &mut PaymentServiceClient<Channel>) -> i64 {
+async fn balance<T>(client: &mut PaymentServiceClient<T>) -> i64
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     client
         .get_account(payment::GetAccountRequest {
             customer_id: "alice".into(),

@@ -12,8 +12,8 @@ use crate::step::{ParticipantRecord, StepOutcome};
 use saga_proto::participant::v1 as participant;
 use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use service_kit::auth::{Role, TokenAuth};
+use service_kit::channel::GrpcChannel;
 use std::time::Duration;
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 /// What every participant call of the order saga shares.
@@ -71,7 +71,7 @@ impl Caller {
     /// token of a step call). `Err` carries the status, for display.
     pub async fn records(
         &self,
-        history: &OperationHistoryServiceClient<Channel>,
+        history: &OperationHistoryServiceClient<GrpcChannel>,
         saga: &Saga,
         request_id: &str,
     ) -> Result<Vec<ParticipantRecord>, String> {

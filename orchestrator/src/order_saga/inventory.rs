@@ -8,19 +8,19 @@ use async_trait::async_trait;
 use saga_proto::inventory::v1 as pb;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
-use tonic::transport::Channel;
+use service_kit::channel::GrpcChannel;
 
 /// Deduct (action) and Restock (compensation) of inventory-svc.
 pub struct InventoryStep {
-    client: InventoryServiceClient<Channel>,
+    client: InventoryServiceClient<GrpcChannel>,
     /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
-    history: OperationHistoryServiceClient<Channel>,
+    history: OperationHistoryServiceClient<GrpcChannel>,
     caller: Caller,
 }
 
 impl InventoryStep {
     /// The step over a channel to inventory-svc.
-    pub fn new(channel: Channel, caller: Caller) -> Self {
+    pub fn new(channel: GrpcChannel, caller: Caller) -> Self {
         InventoryStep {
             client: InventoryServiceClient::new(channel.clone()),
             history: OperationHistoryServiceClient::new(channel),

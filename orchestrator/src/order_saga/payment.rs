@@ -7,19 +7,19 @@ use async_trait::async_trait;
 use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use saga_proto::payment::v1 as pb;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
-use tonic::transport::Channel;
+use service_kit::channel::GrpcChannel;
 
 /// Charge (action) and Refund (compensation) of payment-svc.
 pub struct PaymentStep {
-    client: PaymentServiceClient<Channel>,
+    client: PaymentServiceClient<GrpcChannel>,
     /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
-    history: OperationHistoryServiceClient<Channel>,
+    history: OperationHistoryServiceClient<GrpcChannel>,
     caller: Caller,
 }
 
 impl PaymentStep {
     /// The step over a channel to payment-svc.
-    pub fn new(channel: Channel, caller: Caller) -> Self {
+    pub fn new(channel: GrpcChannel, caller: Caller) -> Self {
         PaymentStep {
             client: PaymentServiceClient::new(channel.clone()),
             history: OperationHistoryServiceClient::new(channel),
