@@ -48,23 +48,14 @@ impl OrderApi {
     }
 }
 
-/// Reads the client's deadline (`grpc-timeout` header: digits and a unit).
+/// Reads the client's deadline (the `grpc-timeout` header).
 pub fn client_timeout(metadata: &MetadataMap) -> Option<Duration> {
-    let raw = metadata.get("grpc-timeout")?.to_str().ok()?;
-    if raw.len() < 2 {
-        return None;
-    }
-    let (digits, unit) = raw.split_at(raw.len() - 1);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    service_kit::deadline::parse(
+        metadata
+            .get(service_kit::deadline::GRPC_TIMEOUT)?
+            .to_str()
+            .ok()?,
+    )
 }
 
 #[tonic::async_trait]

@@ -256,21 +256,9 @@ where
     Ok(sender)
 }
 
-/// The `grpc-timeout` header (`Request::set_timeout`): digits and a unit.
+/// The call's deadline, from the `grpc-timeout` header.
 fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.to_str().ok()?;
-    let unit_at = value.len().checked_sub(1)?;
-    let (digits, unit) = (value.get(..unit_at)?, value.get(unit_at..)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    crate::deadline::parse(headers.get(crate::deadline::GRPC_TIMEOUT)?.to_str().ok()?)
 }
 
 #[cfg(test)]
@@ -278,22 +266,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grpc_timeouts_parse_in_every_unit() {
-        let header = |v: &str| {
-            let mut headers = http::HeaderMap::new();
-            headers.insert("grpc-timeout", v.parse().unwrap());
-            grpc_timeout(&headers)
-        };
-        assert_eq!(header("2H"), Some(Duration::from_secs(7200)));
-        assert_eq!(header("3M"), Some(Duration::from_secs(180)));
-        assert_eq!(header("4S"), Some(Duration::from_secs(4)));
-        assert_eq!(header("1500m"), Some(Duration::from_millis(1500)));
-        assert_eq!(header("250u"), Some(Duration::from_micros(250)));
-        assert_eq!(header("99n"), Some(Duration::from_nanos(99)));
-        assert_eq!(header("5x"), None);
-        assert_eq!(header("S"), None);
-        assert_eq!(header("-1S"), None);
-        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
+    fn the_deadline_comes_from_the_grpc_timeout_header() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(grpc_timeout(&headers), None);
+        headers.insert(crate::deadline::GRPC_TIMEOUT, "1500m".parse().unwrap());
+        assert_eq!(grpc_timeout(&headers), Some(Duration::from_millis(1500)));
     }
 
     #[test]

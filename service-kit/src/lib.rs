@@ -4,6 +4,8 @@
 //!   checked by the admin RPCs and attached by their clients.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
 //!   participants through (one HTTP/2 connection, no buffer task).
+//! - [`deadline`]: the `grpc-timeout` header, read by servers and by the
+//!   client channel.
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
 //!   a true duplicate (same request id, same parameters) from a reused id.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
@@ -28,6 +30,7 @@
 
 pub mod auth;
 pub mod channel;
+pub mod deadline;
 pub mod fingerprint;
 pub mod metrics;
 pub mod retention;
