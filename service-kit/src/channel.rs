@@ -4,9 +4,9 @@
 //! Why not tonic's `Channel`: it puts a `tower::Buffer` in front of the
 //! connection, a task of its own that every call is handed to and whose
 //! answer is handed back. Here a call goes from the caller's task straight
-//! to hyper's connection task, one thread wake-up less per call: measured
-//! (BENCHMARKS.md, session 8) one context switch less per idle saga and
-//! 3–4% less orchestrator CPU at concurrency 64.
+//! to hyper's connection task, one task hand-off less per call: measured
+//! (BENCHMARKS.md, session 8) 2–3% more sagas/s at concurrency 64; idle
+//! latency and CPU unchanged within noise.
 //!
 //! What tonic's channel did and this one keeps:
 //! - **Lazy connection, reconnected on demand.** Nothing is connected until
@@ -30,7 +30,6 @@ use crate::tls::{ALPN_H2, ClientTarget, TlsConfig, TlsError, client_target};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::pki_types::ServerName;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -69,8 +68,6 @@ impl std::fmt::Debug for GrpcChannel {
 
 struct Shared {
     target: ClientTarget,
-    /// The name the server's certificate must carry (TLS only).
-    server_name: Option<ServerName<'static>>,
     connect_timeout: Duration,
     state: Mutex<State>,
     /// Held while one connection attempt runs.
@@ -93,23 +90,9 @@ impl GrpcChannel {
     /// `connect_timeout`. Only a bad address or TLS file is an error here.
     pub fn lazy(addr: &str, tls: &TlsConfig, connect_timeout: Duration) -> Result<Self, TlsError> {
         let target = client_target(addr, tls)?;
-        let server_name = match &target.tls {
-            None => None,
-            Some(_) => {
-                let host = target.uri.host().unwrap_or_default();
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                Some(
-                    ServerName::try_from(host.to_owned()).map_err(|e| TlsError::Address {
-                        addr: addr.to_owned(),
-                        problem: format!("not a TLS server name ({e})"),
-                    })?,
-                )
-            }
-        };
         Ok(GrpcChannel {
             shared: Arc::new(Shared {
                 target,
-                server_name,
                 connect_timeout,
                 state: Mutex::new(State::default()),
                 connecting: tokio::sync::Mutex::new(()),
@@ -214,25 +197,20 @@ impl Shared {
     /// TCP (`TCP_NODELAY`), TLS when configured, the HTTP/2 handshake; the
     /// connection is driven by a task of its own until it closes.
     async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
-        let uri = &self.target.uri;
-        let host = uri.host().unwrap_or_default();
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = uri
-            .port_u16()
-            .unwrap_or(if self.target.tls.is_some() { 443 } else { 80 });
-        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        let target = &self.target;
+        let tcp = tokio::net::TcpStream::connect((target.host(), target.port())).await?;
         tcp.set_nodelay(true)?;
-        match (&self.target.tls, &self.server_name) {
-            (Some(config), Some(name)) => {
-                let tls = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name.clone(), tcp)
+        match &target.tls {
+            Some(tls) => {
+                let tls = tokio_rustls::TlsConnector::from(tls.config.clone())
+                    .connect(tls.server_name.clone(), tcp)
                     .await?;
                 if tls.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
                     return Err("the server did not agree to HTTP/2 (ALPN h2)".into());
                 }
                 handshake(tls).await
             }
-            _ => handshake(tcp).await,
+            None => handshake(tcp).await,
         }
     }
 }
@@ -282,6 +260,23 @@ mod tests {
         assert_eq!(tls.uri().scheme_str(), Some("https"));
         let ipv6 = GrpcChannel::lazy("https://[::1]:1", &TlsConfig::default(), t).unwrap();
         assert_eq!(ipv6.uri().host(), Some("[::1]"));
+        assert_eq!(
+            ipv6.shared.target.host(),
+            "::1",
+            "connected to without brackets"
+        );
+        let tls_name = ipv6
+            .shared
+            .target
+            .tls
+            .as_ref()
+            .map(|t| t.server_name.to_str());
+        assert_eq!(tls_name.as_deref(), Some("::1"));
+        let default_port =
+            GrpcChannel::lazy("https://localhost", &TlsConfig::default(), t).unwrap();
+        assert_eq!(default_port.shared.target.port(), 443);
+        assert_eq!(plain.shared.target.port(), 1);
+        assert!(plain.shared.target.tls.is_none());
         let e = GrpcChannel::lazy("ftp://localhost:1", &TlsConfig::default(), t).unwrap_err();
         assert!(e.to_string().contains("scheme"), "{e}");
         let e = GrpcChannel::lazy("http://", &TlsConfig::default(), t).unwrap_err();

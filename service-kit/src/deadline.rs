@@ -1,6 +1,6 @@
-//! The gRPC deadline as it travels: the `grpc-timeout` header, up to eight
-//! digits and one unit (`H`, `M`, `S`, `m`, `u`, `n`), which
-//! `Request::set_timeout` writes. Read on both sides of a call: by a server
+//! The gRPC deadline as it travels: the `grpc-timeout` header, digits (the
+//! protocol allows up to eight) and one unit (`H`, `M`, `S`, `m`, `u`,
+//! `n`), which `Request::set_timeout` writes. Read on both sides of a call: by a server
 //! that answers a little before its caller gives up (the orchestrator's
 //! CreateOrder), and by the client channel that enforces it
 //! ([`crate::channel`]).

@@ -22,7 +22,7 @@
 //! aws-lc is never built).
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -371,8 +371,31 @@ pub fn client_endpoint(addr: &str, tls: &TlsConfig) -> Result<Endpoint, TlsError
 pub struct ClientTarget {
     /// `http://host:port` or `https://host:port`.
     pub uri: tonic::codegen::http::Uri,
-    /// The TLS configuration (`None`: plaintext).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS (`None`: plaintext).
+    pub tls: Option<ClientTlsTarget>,
+}
+
+/// How a client speaks TLS to one server.
+#[derive(Debug, Clone)]
+pub struct ClientTlsTarget {
+    /// Roots, client certificate, ALPN `h2` ([`TlsConfig::client_rustls`]).
+    pub config: Arc<rustls::ClientConfig>,
+    /// The name the server's certificate must carry: the address's host.
+    pub server_name: ServerName<'static>,
+}
+
+impl ClientTarget {
+    /// The host to connect to, without the brackets of an IPv6 address.
+    pub fn host(&self) -> &str {
+        let host = self.uri.host().unwrap_or_default();
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// The port to connect to (the scheme's default when none is given).
+    pub fn port(&self) -> u16 {
+        let default = if self.tls.is_some() { 443 } else { 80 };
+        self.uri.port_u16().unwrap_or(default)
+    }
 }
 
 /// [`client_endpoint`]'s decision as a [`ClientTarget`]: TLS when the
@@ -391,7 +414,16 @@ pub fn client_target(addr: &str, tls: &TlsConfig) -> Result<ClientTarget, TlsErr
     if uri.host().is_none_or(str::is_empty) {
         return Err(bad("no host".to_owned()));
     }
-    Ok(ClientTarget { uri, tls: config })
+    let mut target = ClientTarget { uri, tls: None };
+    if let Some(config) = config {
+        let server_name = ServerName::try_from(target.host().to_owned())
+            .map_err(|e| bad(format!("not a TLS server name ({e})")))?;
+        target.tls = Some(ClientTlsTarget {
+            config,
+            server_name,
+        });
+    }
+    Ok(target)
 }
 
 /// `error: cause: cause…` (tonic's transport errors keep the useful part in
