@@ -8,9 +8,9 @@
 //! before its input is even validated.
 
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
-use participant_kit::Kit;
 use participant_kit::faults::CallKind;
-use participant_kit::wire;
+use participant_kit::pipeline::Call;
+use participant_kit::{Kit, batch, wire};
 use saga_proto::inventory::v1 as pb;
 use saga_proto::participant::v1 as participant;
 use service_kit::time::timestamp;
@@ -92,14 +92,14 @@ macro_rules! deduction_span {
     };
 }
 
-#[tonic::async_trait]
-impl pb::inventory_service_server::InventoryService for InventoryApi {
-    async fn deduct(
+impl InventoryApi {
+    /// One Deduct, started (token checked) as `call`: on its own or in a
+    /// batch alike.
+    async fn deduct_one(
         &self,
-        request: Request<pb::DeductRequest>,
-    ) -> Result<Response<pb::DeductResponse>, Status> {
-        let call = self.kit.call("deduct", CallKind::Action, &request)?;
-        let r = request.into_inner();
+        call: Call<'_>,
+        r: pb::DeductRequest,
+    ) -> Result<pb::DeductResponse, Status> {
         let deduction = deduction(r.request_id, r.lines)?;
         let request_id = deduction.request_id.clone();
         let span = deduction_span!("deduct", &deduction, call.trace_id());
@@ -110,10 +110,49 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             })
             .await
         )?;
-        Ok(Response::new(pb::DeductResponse {
+        Ok(pb::DeductResponse {
             request_id,
             replayed,
-        }))
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl pb::inventory_service_server::InventoryService for InventoryApi {
+    async fn deduct(
+        &self,
+        request: Request<pb::DeductRequest>,
+    ) -> Result<Response<pb::DeductResponse>, Status> {
+        let call = self.kit.call("deduct", CallKind::Action, &request)?;
+        let reply = self.deduct_one(call, request.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn deduct_batch(
+        &self,
+        request: Request<pb::DeductBatchRequest>,
+    ) -> Result<Response<pb::DeductBatchResponse>, Status> {
+        let _timer = self
+            .kit
+            .batch("deduct_batch", &request, request.get_ref().calls.len())?;
+        let calls = request.into_inner().calls;
+        let results = batch::run(calls, |c| async move {
+            let call = self
+                .kit
+                .batched_call("deduct", CallKind::Action, &c.traceparent);
+            self.deduct_one(call, c.request.unwrap_or_default()).await
+        })
+        .await;
+        let results = results
+            .into_iter()
+            .map(|result| pb::DeductResult {
+                result: Some(match result {
+                    Ok(reply) => pb::deduct_result::Result::Reply(reply),
+                    Err(status) => pb::deduct_result::Result::Error(batch::call_error(&status)),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::DeductBatchResponse { results }))
     }
 
     async fn restock(

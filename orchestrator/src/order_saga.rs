@@ -12,6 +12,7 @@
 //! classified into a domain outcome here ([`classify`]), so no wire type
 //! reaches the executor.
 
+pub mod batch;
 pub mod call;
 pub mod classify;
 pub mod inventory;

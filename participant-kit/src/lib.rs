@@ -24,6 +24,8 @@
 //! - [`pipeline`]: the path of every mutating call — timer, span, faults,
 //!   store, metrics, reply — and [`Kit`], what a participant's gRPC adapter
 //!   holds.
+//! - [`batch`]: several sagas' calls in one RPC (ChargeBatch, DeductBatch),
+//!   each applied exactly as the call on its own.
 //! - [`history_service`]: `participant.v1.OperationHistoryService` — what
 //!   was recorded under one request id ([`OperationLog`], which every
 //!   participant's store provides), served by [`Kit::serve`].
@@ -40,6 +42,7 @@
 #![warn(missing_docs)]
 
 pub mod barrier;
+pub mod batch;
 pub mod config;
 pub mod counter;
 pub mod faults;

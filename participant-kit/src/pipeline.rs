@@ -130,6 +130,38 @@ impl Kit {
         Ok(timer)
     }
 
+    /// Starts a batch of saga calls (ChargeBatch, DeductBatch) named `rpc`
+    /// holding `calls` calls, timed as a whole under `rpc` (each call is
+    /// timed under its own name too): the service token is checked once,
+    /// for the batch, before anything else, and the batch may hold at most
+    /// [`MAX_BATCH_CALLS`](crate::batch::MAX_BATCH_CALLS) calls. Each call
+    /// then starts with [`Kit::batched_call`].
+    pub fn batch<T>(
+        &self,
+        rpc: &'static str,
+        request: &Request<T>,
+        calls: usize,
+    ) -> Result<CallTimer, Status> {
+        let timer = CallTimer::start(rpc);
+        authenticated(rpc, self.options.service.check(request.metadata()))?;
+        crate::batch::check_size(calls)?;
+        Ok(timer)
+    }
+
+    /// Starts one call of a batch whose token [`Kit::batch`] checked: timed
+    /// and counted under its own `rpc` (`charge`, `deduct`), its span in
+    /// the trace of its own `traceparent` — exactly as if it had come on
+    /// its own.
+    pub fn batched_call(&self, rpc: &'static str, kind: CallKind, traceparent: &str) -> Call<'_> {
+        Call {
+            kit: self,
+            rpc,
+            kind,
+            trace_id: service_kit::trace::trace_id_of(traceparent).unwrap_or_default(),
+            _timer: CallTimer::start(rpc),
+        }
+    }
+
     fn start<T>(&self, rpc: &'static str, kind: CallKind, request: &Request<T>) -> Call<'_> {
         Call {
             kit: self,

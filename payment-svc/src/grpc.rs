@@ -8,9 +8,9 @@
 //! before its input is even validated.
 
 use crate::store::{AccountView, PaymentStore, Transfer};
-use participant_kit::Kit;
 use participant_kit::faults::CallKind;
-use participant_kit::wire;
+use participant_kit::pipeline::Call;
+use participant_kit::{Kit, batch, wire};
 use saga_proto::payment::v1 as pb;
 use service_kit::validate;
 use std::sync::Arc;
@@ -58,14 +58,14 @@ macro_rules! span {
     };
 }
 
-#[tonic::async_trait]
-impl pb::payment_service_server::PaymentService for PaymentApi {
-    async fn charge(
+impl PaymentApi {
+    /// One Charge, started (token checked) as `call`: on its own or in a
+    /// batch alike.
+    async fn charge_one(
         &self,
-        request: Request<pb::ChargeRequest>,
-    ) -> Result<Response<pb::ChargeResponse>, Status> {
-        let call = self.kit.call("charge", CallKind::Action, &request)?;
-        let r = request.into_inner();
+        call: Call<'_>,
+        r: pb::ChargeRequest,
+    ) -> Result<pb::ChargeResponse, Status> {
         let charge = transfer(r.request_id, r.customer_id, r.amount_cents)?;
         let request_id = charge.request_id.clone();
         let span = span!("charge", &charge, call.trace_id());
@@ -76,11 +76,50 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
             })
             .await
         )?;
-        Ok(Response::new(pb::ChargeResponse {
+        Ok(pb::ChargeResponse {
             request_id,
             balance_cents,
             replayed,
-        }))
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl pb::payment_service_server::PaymentService for PaymentApi {
+    async fn charge(
+        &self,
+        request: Request<pb::ChargeRequest>,
+    ) -> Result<Response<pb::ChargeResponse>, Status> {
+        let call = self.kit.call("charge", CallKind::Action, &request)?;
+        let reply = self.charge_one(call, request.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn charge_batch(
+        &self,
+        request: Request<pb::ChargeBatchRequest>,
+    ) -> Result<Response<pb::ChargeBatchResponse>, Status> {
+        let _timer = self
+            .kit
+            .batch("charge_batch", &request, request.get_ref().calls.len())?;
+        let calls = request.into_inner().calls;
+        let results = batch::run(calls, |c| async move {
+            let call = self
+                .kit
+                .batched_call("charge", CallKind::Action, &c.traceparent);
+            self.charge_one(call, c.request.unwrap_or_default()).await
+        })
+        .await;
+        let results = results
+            .into_iter()
+            .map(|result| pb::ChargeResult {
+                result: Some(match result {
+                    Ok(reply) => pb::charge_result::Result::Reply(reply),
+                    Err(status) => pb::charge_result::Result::Error(batch::call_error(&status)),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::ChargeBatchResponse { results }))
     }
 
     async fn refund(

@@ -17,8 +17,13 @@ pub fn traceparent(trace_id: &str) -> String {
 
 /// The trace id of an incoming call's `traceparent`, if well formed.
 pub fn trace_id(metadata: &MetadataMap) -> Option<String> {
-    let value = metadata.get(TRACEPARENT)?.to_str().ok()?;
-    parse(value).map(str::to_owned)
+    trace_id_of(metadata.get(TRACEPARENT)?.to_str().ok()?)
+}
+
+/// The trace id of a `traceparent` value, if well formed (a call of a
+/// batch carries its own).
+pub fn trace_id_of(traceparent: &str) -> Option<String> {
+    parse(traceparent).map(str::to_owned)
 }
 
 fn parse(value: &str) -> Option<&str> {

@@ -14,7 +14,7 @@ use saga_proto::participant::v1::operation_history_service_client::OperationHist
 use service_kit::auth::{Role, TokenAuth};
 use service_kit::channel::GrpcChannel;
 use std::time::Duration;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Status};
 
 /// What every participant call of the order saga shares.
 #[derive(Debug, Clone)]
@@ -42,9 +42,13 @@ impl Caller {
     /// A participant request with the call deadline and the saga's trace
     /// context (`traceparent`, trace id = the saga id's 32 hex digits).
     pub fn request<T>(&self, saga: &Saga, message: T) -> Request<T> {
-        let mut request = self.service.request(message);
-        request.set_timeout(self.call_timeout);
-        if let Ok(value) = service_kit::trace::traceparent(&saga.trace_id()).parse() {
+        self.traced_request(message, &traceparent(saga))
+    }
+
+    /// A participant request with the call deadline and `traceparent`.
+    pub fn traced_request<T>(&self, message: T, traceparent: &str) -> Request<T> {
+        let mut request = self.batch_request(message);
+        if let Ok(value) = traceparent.parse() {
             request
                 .metadata_mut()
                 .insert(service_kit::trace::TRACEPARENT, value);
@@ -52,8 +56,22 @@ impl Caller {
         request
     }
 
+    /// A batch request (ChargeBatch, DeductBatch): the call deadline and
+    /// the service token; each call in it carries its own trace context.
+    pub fn batch_request<T>(&self, message: T) -> Request<T> {
+        let mut request = self.service.request(message);
+        request.set_timeout(self.call_timeout);
+        request
+    }
+
+    /// How long a call may take, waiting for a connection included: what a
+    /// call queued for a batch waits at most.
+    pub fn patience(&self) -> Duration {
+        self.call_timeout + crate::PARTICIPANT_CONNECT_TIMEOUT
+    }
+
     /// The domain outcome of a participant's reply.
-    pub fn outcome<T>(reply: Result<Response<T>, Status>) -> StepOutcome {
+    pub fn outcome<T>(reply: Result<T, Status>) -> StepOutcome {
         match reply {
             Ok(_) => StepOutcome::Done,
             Err(status) => {
@@ -89,6 +107,25 @@ impl Caller {
             .into_iter()
             .map(record)
             .collect())
+    }
+}
+
+/// The saga's trace context for a participant call: trace id = the saga
+/// id's 32 hex digits (or the caller's trace), a fresh span id.
+pub fn traceparent(saga: &Saga) -> String {
+    service_kit::trace::traceparent(&saga.trace_id())
+}
+
+/// One result of a batch as the call on its own would have ended: its
+/// reply, or the status its error carries. A result with neither is
+/// INTERNAL (transient: the saga retries the call).
+pub fn batch_result<T>(result: Option<Result<T, participant::CallError>>) -> Result<T, Status> {
+    match result {
+        Some(Ok(reply)) => Ok(reply),
+        Some(Err(e)) => Err(Status::new(Code::from_i32(e.code), e.message)),
+        None => Err(Status::internal(
+            "a batch result with neither a reply nor an error",
+        )),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The order saga's inventory step: deduct every line of the order, put
 //! them back.
 
-use super::call::Caller;
+use super::batch::{BatchReply, Batcher, BoxFuture, Transport};
+use super::call::{self, Caller};
 use crate::saga::{Saga, Step};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
@@ -13,6 +14,8 @@ use service_kit::channel::GrpcChannel;
 /// Deduct (action) and Restock (compensation) of inventory-svc.
 pub struct InventoryStep {
     client: InventoryServiceClient<GrpcChannel>,
+    /// Deductions, batched under load ([`super::batch`]).
+    deductions: Batcher<Deductions>,
     /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
     history: OperationHistoryServiceClient<GrpcChannel>,
     caller: Caller,
@@ -21,8 +24,14 @@ pub struct InventoryStep {
 impl InventoryStep {
     /// The step over a channel to inventory-svc.
     pub fn new(channel: GrpcChannel, caller: Caller) -> Self {
+        let client = InventoryServiceClient::new(channel.clone());
+        let deductions = Deductions {
+            client: client.clone(),
+            caller: caller.clone(),
+        };
         InventoryStep {
-            client: InventoryServiceClient::new(channel.clone()),
+            deductions: Batcher::new(deductions, caller.patience()),
+            client,
             history: OperationHistoryServiceClient::new(channel),
             caller,
         }
@@ -61,12 +70,7 @@ impl SagaStep for InventoryStep {
             request_id: step.request_id.clone(),
             lines: lines(saga),
         };
-        let reply = self
-            .client
-            .clone()
-            .deduct(self.caller.request(saga, deduct))
-            .await;
-        Caller::outcome(reply)
+        Caller::outcome(self.deductions.call(deduct, call::traceparent(saga)).await)
     }
 
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
@@ -86,5 +90,54 @@ impl SagaStep for InventoryStep {
         self.caller
             .records(&self.history, saga, &step.request_id)
             .await
+    }
+}
+
+/// Deduct on its own, or several in one DeductBatch.
+struct Deductions {
+    client: InventoryServiceClient<GrpcChannel>,
+    caller: Caller,
+}
+
+impl Transport for Deductions {
+    type Request = pb::DeductRequest;
+    type Reply = pb::DeductResponse;
+
+    fn one(
+        &self,
+        request: pb::DeductRequest,
+        traceparent: String,
+    ) -> BoxFuture<Result<pb::DeductResponse, tonic::Status>> {
+        let mut client = self.client.clone();
+        let request = self.caller.traced_request(request, &traceparent);
+        Box::pin(async move { Ok(client.deduct(request).await?.into_inner()) })
+    }
+
+    fn many(
+        &self,
+        calls: Vec<(pb::DeductRequest, String)>,
+    ) -> BoxFuture<BatchReply<pb::DeductResponse>> {
+        let mut client = self.client.clone();
+        let calls = calls
+            .into_iter()
+            .map(|(request, traceparent)| pb::DeductCall {
+                request: Some(request),
+                traceparent,
+            })
+            .collect();
+        let request = self.caller.batch_request(pb::DeductBatchRequest { calls });
+        Box::pin(async move {
+            let reply = client.deduct_batch(request).await?.into_inner();
+            Ok(reply
+                .results
+                .into_iter()
+                .map(|r| {
+                    call::batch_result(r.result.map(|r| match r {
+                        pb::deduct_result::Result::Reply(reply) => Ok(reply),
+                        pb::deduct_result::Result::Error(e) => Err(e),
+                    }))
+                })
+                .collect())
+        })
     }
 }

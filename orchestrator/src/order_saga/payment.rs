@@ -1,6 +1,7 @@
 //! The order saga's payment step: charge the order's total, refund it.
 
-use super::call::Caller;
+use super::batch::{BatchReply, Batcher, BoxFuture, Transport};
+use super::call::{self, Caller};
 use crate::saga::{Saga, Step};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
@@ -12,6 +13,8 @@ use service_kit::channel::GrpcChannel;
 /// Charge (action) and Refund (compensation) of payment-svc.
 pub struct PaymentStep {
     client: PaymentServiceClient<GrpcChannel>,
+    /// Charges, batched under load ([`super::batch`]).
+    charges: Batcher<Charges>,
     /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
     history: OperationHistoryServiceClient<GrpcChannel>,
     caller: Caller,
@@ -20,8 +23,14 @@ pub struct PaymentStep {
 impl PaymentStep {
     /// The step over a channel to payment-svc.
     pub fn new(channel: GrpcChannel, caller: Caller) -> Self {
+        let client = PaymentServiceClient::new(channel.clone());
+        let charges = Charges {
+            client: client.clone(),
+            caller: caller.clone(),
+        };
         PaymentStep {
-            client: PaymentServiceClient::new(channel.clone()),
+            charges: Batcher::new(charges, caller.patience()),
+            client,
             history: OperationHistoryServiceClient::new(channel),
             caller,
         }
@@ -48,12 +57,7 @@ impl SagaStep for PaymentStep {
             customer_id: saga.order.customer_id.clone(),
             amount_cents: saga.order.total_cents,
         };
-        let reply = self
-            .client
-            .clone()
-            .charge(self.caller.request(saga, charge))
-            .await;
-        Caller::outcome(reply)
+        Caller::outcome(self.charges.call(charge, call::traceparent(saga)).await)
     }
 
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
@@ -74,5 +78,54 @@ impl SagaStep for PaymentStep {
         self.caller
             .records(&self.history, saga, &step.request_id)
             .await
+    }
+}
+
+/// Charge on its own, or several in one ChargeBatch.
+struct Charges {
+    client: PaymentServiceClient<GrpcChannel>,
+    caller: Caller,
+}
+
+impl Transport for Charges {
+    type Request = pb::ChargeRequest;
+    type Reply = pb::ChargeResponse;
+
+    fn one(
+        &self,
+        request: pb::ChargeRequest,
+        traceparent: String,
+    ) -> BoxFuture<Result<pb::ChargeResponse, tonic::Status>> {
+        let mut client = self.client.clone();
+        let request = self.caller.traced_request(request, &traceparent);
+        Box::pin(async move { Ok(client.charge(request).await?.into_inner()) })
+    }
+
+    fn many(
+        &self,
+        calls: Vec<(pb::ChargeRequest, String)>,
+    ) -> BoxFuture<BatchReply<pb::ChargeResponse>> {
+        let mut client = self.client.clone();
+        let calls = calls
+            .into_iter()
+            .map(|(request, traceparent)| pb::ChargeCall {
+                request: Some(request),
+                traceparent,
+            })
+            .collect();
+        let request = self.caller.batch_request(pb::ChargeBatchRequest { calls });
+        Box::pin(async move {
+            let reply = client.charge_batch(request).await?.into_inner();
+            Ok(reply
+                .results
+                .into_iter()
+                .map(|r| {
+                    call::batch_result(r.result.map(|r| match r {
+                        pb::charge_result::Result::Reply(reply) => Ok(reply),
+                        pb::charge_result::Result::Error(e) => Err(e),
+                    }))
+                })
+                .collect())
+        })
     }
 }

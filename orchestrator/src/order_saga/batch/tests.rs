@@ -1,0 +1,237 @@
+//! The batcher against an in-process transport: real tasks, real
+//! concurrency, counted RPCs.
+
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Replies `request * 2` after `delay`; counts its RPCs and every request
+/// it delivered. `fail_many` makes every batch RPC fail with that code;
+/// `short_by` drops that many results from each batch's answer.
+#[derive(Default)]
+struct Fake {
+    delay: Duration,
+    fail_many: Option<Code>,
+    short_by: usize,
+    ones: AtomicUsize,
+    manys: AtomicUsize,
+    delivered: Mutex<Vec<u64>>,
+}
+
+impl Transport for Arc<Fake> {
+    type Request = u64;
+    type Reply = u64;
+
+    fn one(&self, request: u64, traceparent: String) -> BoxFuture<Result<u64, Status>> {
+        let fake = self.clone();
+        Box::pin(async move {
+            assert_eq!(
+                traceparent,
+                format!("tp-{request}"),
+                "each call keeps its trace"
+            );
+            fake.ones.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(fake.delay).await;
+            fake.delivered.lock().unwrap().push(request);
+            Ok(request * 2)
+        })
+    }
+
+    fn many(
+        &self,
+        calls: Vec<(u64, String)>,
+    ) -> BoxFuture<Result<Vec<Result<u64, Status>>, Status>> {
+        let fake = self.clone();
+        Box::pin(async move {
+            fake.manys.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(fake.delay).await;
+            if let Some(code) = fake.fail_many {
+                return Err(Status::new(code, "batch failed"));
+            }
+            let mut results = Vec::new();
+            for (request, traceparent) in calls {
+                assert_eq!(
+                    traceparent,
+                    format!("tp-{request}"),
+                    "each call keeps its trace"
+                );
+                fake.delivered.lock().unwrap().push(request);
+                results.push(Ok(request * 2));
+            }
+            results.truncate(results.len().saturating_sub(fake.short_by));
+            Ok(results)
+        })
+    }
+}
+
+fn batcher(fake: &Arc<Fake>) -> Batcher<Arc<Fake>> {
+    Batcher::new(fake.clone(), Duration::from_secs(5))
+}
+
+async fn call_all(b: &Batcher<Arc<Fake>>, n: u64) -> Vec<Result<u64, Status>> {
+    let calls = (0..n).map(|i| {
+        let b = b.clone();
+        tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
+    });
+    futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|joined| joined.expect("the call's task"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_call_alone_goes_out_at_once_on_its_own() {
+    let fake = Arc::new(Fake::default());
+    let b = batcher(&fake);
+    for i in 0..3 {
+        assert_eq!(b.call(i, format!("tp-{i}")).await.unwrap(), i * 2);
+    }
+    assert_eq!(fake.ones.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        fake.manys.load(Ordering::SeqCst),
+        0,
+        "no batch without a queue"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_rpcs_and_each_is_delivered_once() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    let n = 200;
+    let results = call_all(&b, n).await;
+    for (i, result) in results.into_iter().enumerate() {
+        assert_eq!(result.unwrap(), i as u64 * 2, "call {i} got its own reply");
+    }
+    let mut delivered = fake.delivered.lock().unwrap().clone();
+    delivered.sort_unstable();
+    assert_eq!(
+        delivered,
+        (0..n).collect::<Vec<_>>(),
+        "every call exactly once"
+    );
+    let rpcs = fake.ones.load(Ordering::SeqCst) + fake.manys.load(Ordering::SeqCst);
+    assert!(fake.manys.load(Ordering::SeqCst) >= 1, "batches formed");
+    assert!(rpcs <= 20, "{n} calls took {rpcs} RPCs");
+    assert_eq!(b.queued(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_fails_each_of_its_calls_with_its_status() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        fail_many: Some(Code::Unavailable),
+        ..Fake::default()
+    });
+    let results = call_all(&batcher(&fake), 40).await;
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!failed.is_empty(), "some calls went in a batch");
+    assert!(
+        failed.iter().all(|s| s.code() == Code::Unavailable),
+        "{failed:?}"
+    );
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(
+        ok,
+        fake.ones.load(Ordering::SeqCst),
+        "only single calls succeeded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_without_batches_gets_single_calls_from_then_on() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        fail_many: Some(Code::Unimplemented),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    let first = call_all(&b, 40).await;
+    let refused: Vec<_> = first.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!refused.is_empty());
+    assert!(
+        refused.iter().all(|s| s.code() == Code::Unavailable),
+        "never applied, so transient: {refused:?}"
+    );
+    let manys = fake.manys.load(Ordering::SeqCst);
+    let second = call_all(&b, 40).await;
+    assert!(second.iter().all(Result::is_ok), "{second:?}");
+    assert_eq!(
+        fake.manys.load(Ordering::SeqCst),
+        manys,
+        "no batch RPC after UNIMPLEMENTED"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_answer_fails_the_calls_it_left_out() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        short_by: 1,
+        ..Fake::default()
+    });
+    let results = call_all(&batcher(&fake), 40).await;
+    let internal = results
+        .iter()
+        .filter(|r| matches!(r, Err(s) if s.code() == Code::Internal))
+        .count();
+    assert_eq!(internal, fake.manys.load(Ordering::SeqCst), "one per batch");
+    for (i, result) in results.iter().enumerate() {
+        if let Ok(reply) = result {
+            assert_eq!(*reply, i as u64 * 2);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_is_left_out_of_the_next_batch() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(300),
+        ..Fake::default()
+    });
+    let b = Batcher::new(fake.clone(), Duration::from_millis(100));
+    let busy: Vec<_> = (100..102)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let gave_up = b.call(7, "tp-7".to_owned()).await.unwrap_err();
+    assert_eq!(gave_up.code(), Code::DeadlineExceeded, "{gave_up:?}");
+    for call in busy {
+        assert!(call.await.unwrap().is_ok());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !fake.delivered.lock().unwrap().contains(&7),
+        "the call whose caller gave up was not sent"
+    );
+    assert_eq!(b.queued(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_dropped_half_way_give_their_place_back() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(300),
+        ..Fake::default()
+    });
+    let b = Batcher::new(fake.clone(), Duration::from_millis(100));
+    // Two calls fill the way and are dropped half-way (their sagas
+    // stopped).
+    for i in 200..202 {
+        let b = b.clone();
+        let dropped = tokio::spawn(async move { b.call(i, format!("tp-{i}")).await });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        dropped.abort();
+        let _ = dropped.await;
+    }
+    // Had their places leaked, this call would queue behind nothing and
+    // give up after 100 ms; it goes out at once, on its own.
+    assert_eq!(b.call(8, "tp-8".to_owned()).await.unwrap(), 16);
+    assert_eq!(fake.ones.load(Ordering::SeqCst), 3);
+    assert_eq!(fake.manys.load(Ordering::SeqCst), 0);
+}

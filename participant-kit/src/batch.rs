@@ -1,0 +1,73 @@
+//! Batches of saga calls: several sagas' Charge (or Deduct) calls in one
+//! RPC.
+//!
+//! Why: at concurrency, each RPC end costs a participant and the
+//! orchestrator tens of microseconds of HTTP/2 and kernel TCP work, about
+//! as much as the call's own transaction (BENCHMARKS.md). The orchestrator
+//! therefore carries the calls that queue up while an RPC is in flight in
+//! one batch RPC, and the participant applies them here.
+//!
+//! The rule that keeps every guarantee: **a call in a batch is exactly the
+//! call on its own.** Each goes through the same pipeline (its own timer,
+//! span and trace id, faults, operationHistory record in its own
+//! transaction, metrics) and gets the status it would have got alone, as
+//! its own result; nothing one call does changes another's outcome, and a
+//! batch is not atomic. The calls run concurrently, so their transactions
+//! share the embedded store's group commits. Only the service token is
+//! checked once, for the batch (it is the same caller).
+
+use saga_proto::participant::v1 as pb;
+use std::future::Future;
+use tonic::Status;
+
+/// Most calls one batch may carry (INVALID_ARGUMENT past it); the request
+/// size limit applies too.
+pub const MAX_BATCH_CALLS: usize = 1_000;
+
+/// INVALID_ARGUMENT naming `calls` when a batch holds more than
+/// [`MAX_BATCH_CALLS`].
+pub fn check_size(calls: usize) -> Result<(), Status> {
+    if calls > MAX_BATCH_CALLS {
+        return Err(Status::invalid_argument(format!(
+            "calls: {calls} calls in one batch, at most {MAX_BATCH_CALLS}"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `call` on every item concurrently; the results in the items' order.
+pub async fn run<I, O, F, Fut>(items: Vec<I>, call: F) -> Vec<Result<O, Status>>
+where
+    F: Fn(I) -> Fut,
+    Fut: Future<Output = Result<O, Status>>,
+{
+    futures::future::join_all(items.into_iter().map(call)).await
+}
+
+/// A call's failure as a batch result carries it.
+pub fn call_error(status: &Status) -> pb::CallError {
+    pb::CallError {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_over_the_limit_is_refused_naming_calls() {
+        assert!(check_size(MAX_BATCH_CALLS).is_ok());
+        let refused = check_size(MAX_BATCH_CALLS + 1).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().starts_with("calls:"), "{refused:?}");
+    }
+
+    #[test]
+    fn errors_keep_their_code_and_message() {
+        let e = call_error(&Status::failed_precondition("insufficient funds"));
+        assert_eq!(e.code, tonic::Code::FailedPrecondition as i32);
+        assert_eq!(e.message, "insufficient funds");
+    }
+}
