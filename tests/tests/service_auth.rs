@@ -1,5 +1,6 @@
 //! Participants obey only the orchestrator: with a service token
-//! configured, Charge, Refund, Deduct and Restock without a token or with a
+//! configured, Charge, Refund, Deduct and Restock (and the batches of
+//! Charge and Deduct) without a token or with a
 //! wrong one (the admin token included) answer UNAUTHENTICATED and record
 //! nothing; reads need the service or the admin token; the orchestrator,
 //! given the token, drives sagas through them as usual — and an
@@ -174,6 +175,24 @@ async fn saga_rpcs_need_the_service_token_and_a_refused_call_records_nothing() {
             lines: lines(),
         };
         refused(stock.restock(restock).await, m, who);
+        // A batch is refused as a whole, none of its calls applied.
+        let batch = payment::ChargeBatchRequest {
+            calls: vec![payment::ChargeCall {
+                request: Some(charge("c-1")),
+                traceparent: String::new(),
+            }],
+        };
+        refused(payments.charge_batch(batch).await, m, who);
+        let batch = inventory::DeductBatchRequest {
+            calls: vec![inventory::DeductCall {
+                request: Some(inventory::DeductRequest {
+                    request_id: "d-1".into(),
+                    lines: lines(),
+                }),
+                traceparent: String::new(),
+            }],
+        };
+        refused(stock.deduct_batch(batch).await, m, who);
     }
     assert_eq!(balance_as(p.payment.addr, "alice", service()).await, 1_000);
     assert_eq!(stock_as(p.inventory.addr, "sku-apple", service()).await, 10);

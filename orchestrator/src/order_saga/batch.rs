@@ -26,7 +26,12 @@
 //!   wait is bounded by the call deadline plus the connect timeout, as a
 //!   single call's is) is left out of the next batch.
 //! - A participant without the batch RPC (an older version answering
-//!   UNIMPLEMENTED) gets single calls from then on.
+//!   UNIMPLEMENTED) gets single calls from then on; the calls of that one
+//!   batch fail UNAVAILABLE (never applied) and their sagas retry them.
+//!
+//! Counted: `saga_participant_batches_total{step}` batch RPCs sent and
+//! `saga_participant_batched_calls_total{step}` calls they carried (their
+//! ratio is the mean batch size; calls sent on their own are not counted).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -81,6 +86,8 @@ impl<T: Transport> Clone for Batcher<T> {
 
 struct Shared<T: Transport> {
     transport: T,
+    /// The step whose calls these are (the metrics' label).
+    step: &'static str,
     /// How long a queued call waits for its result before it gives up.
     patience: Duration,
     state: Mutex<State<T>>,
@@ -125,13 +132,14 @@ impl<T: Transport> Drop for InFlight<T> {
 }
 
 impl<T: Transport> Batcher<T> {
-    /// Calls sent through `transport`; a queued call waits at most
-    /// `patience` (the call deadline plus the connect timeout: what a
+    /// `step`'s calls sent through `transport`; a queued call waits at
+    /// most `patience` (the call deadline plus the connect timeout: what a
     /// single call may take) before it fails DEADLINE_EXCEEDED.
-    pub fn new(transport: T, patience: Duration) -> Self {
+    pub fn new(step: &'static str, transport: T, patience: Duration) -> Self {
         Batcher {
             shared: Arc::new(Shared {
                 transport,
+                step,
                 patience,
                 state: Mutex::new(State {
                     queue: Vec::new(),
@@ -239,6 +247,9 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         .map(|q| ((q.request, q.traceparent), q.reply))
         .unzip();
     let count = calls.len();
+    metrics::counter!("saga_participant_batches_total", "step" => shared.step).increment(1);
+    metrics::counter!("saga_participant_batched_calls_total", "step" => shared.step)
+        .increment(count as u64);
     match shared.transport.many(calls).await {
         Ok(results) => {
             let got = results.len();

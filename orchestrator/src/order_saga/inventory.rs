@@ -30,7 +30,7 @@ impl InventoryStep {
             caller: caller.clone(),
         };
         InventoryStep {
-            deductions: Batcher::new(deductions, caller.patience()),
+            deductions: Batcher::new(super::INVENTORY, deductions, caller.patience()),
             client,
             history: OperationHistoryServiceClient::new(channel),
             caller,

@@ -29,7 +29,7 @@ impl PaymentStep {
             caller: caller.clone(),
         };
         PaymentStep {
-            charges: Batcher::new(charges, caller.patience()),
+            charges: Batcher::new(super::PAYMENT, charges, caller.patience()),
             client,
             history: OperationHistoryServiceClient::new(channel),
             caller,

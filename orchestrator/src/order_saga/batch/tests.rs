@@ -64,7 +64,7 @@ impl Transport for Arc<Fake> {
 }
 
 fn batcher(fake: &Arc<Fake>) -> Batcher<Arc<Fake>> {
-    Batcher::new(fake.clone(), Duration::from_secs(5))
+    Batcher::new("test", fake.clone(), Duration::from_secs(5))
 }
 
 async fn call_all(b: &Batcher<Arc<Fake>>, n: u64) -> Vec<Result<u64, Status>> {
@@ -192,7 +192,7 @@ async fn a_caller_that_gives_up_is_left_out_of_the_next_batch() {
         delay: Duration::from_millis(300),
         ..Fake::default()
     });
-    let b = Batcher::new(fake.clone(), Duration::from_millis(100));
+    let b = Batcher::new("test", fake.clone(), Duration::from_millis(100));
     let busy: Vec<_> = (100..102)
         .map(|i| {
             let b = b.clone();
@@ -219,7 +219,7 @@ async fn calls_dropped_half_way_give_their_place_back() {
         delay: Duration::from_millis(300),
         ..Fake::default()
     });
-    let b = Batcher::new(fake.clone(), Duration::from_millis(100));
+    let b = Batcher::new("test", fake.clone(), Duration::from_millis(100));
     // Two calls fill the way and are dropped half-way (their sagas
     // stopped).
     for i in 200..202 {
