@@ -211,6 +211,47 @@ async fn a_batch_over_the_limit_changes_nothing(stack: Stack) {
     assert!(empty.into_inner().results.is_empty());
 }
 
+/// What the orchestrator's batcher relies on: a batch over a participant's
+/// request limit is refused as a whole with RESOURCE_EXHAUSTED (retried
+/// as single calls), none of its calls applied.
+#[tokio::test]
+async fn a_batch_over_the_request_limit_is_resource_exhausted_and_applies_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = service_kit::server::ServeOptions {
+        max_request_bytes: 2_048,
+        ..Default::default()
+    };
+    let payment = saga_tests::start_participant_with(
+        saga_tests::Service::Payment,
+        dir.path(),
+        std::sync::Arc::new(participant_kit::faults::Faults::disabled()),
+        options,
+        None,
+    )
+    .await;
+    let mut client = saga_proto::payment::v1::payment_service_client::PaymentServiceClient::new(
+        channel(payment.addr).await,
+    );
+    client
+        .deposit(payment::DepositRequest {
+            request_id: "seed".into(),
+            customer_id: "alice".into(),
+            amount_cents: 1_000,
+        })
+        .await
+        .expect("deposit");
+    let calls = (0..50)
+        .map(|i| charge(&format!("c-{i}"), "alice", 1))
+        .collect();
+    let refused = client
+        .charge_batch(payment::ChargeBatchRequest { calls })
+        .await
+        .expect_err("over 2 KiB");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(saga_tests::balance(payment.addr, "alice").await, 1_000);
+    payment.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_sagas_share_batch_rpcs_and_each_is_applied_once() {
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")

@@ -25,9 +25,12 @@
 //!   retries as it would its own call. A call whose caller gave up (its
 //!   wait is bounded by the call deadline plus the connect timeout, as a
 //!   single call's is) is left out of the next batch.
-//! - A participant without the batch RPC (an older version answering
-//!   UNIMPLEMENTED) gets single calls from then on; the calls of that one
-//!   batch fail UNAVAILABLE (never applied) and their sagas retry them.
+//! - A batch holds at most [`MAX_BATCH`] calls and [`MAX_BATCH_BYTES`]
+//!   bytes of them. A participant that refuses a batch as a whole before
+//!   running any call of it — UNIMPLEMENTED (an older version without the
+//!   batch RPC) or RESOURCE_EXHAUSTED (a batch over its request limit) —
+//!   gets that batch's calls again on their own, and from then on single
+//!   calls only (UNIMPLEMENTED) or batches of half that size.
 //!
 //! Counted: `saga_participant_batches_total{step}` batch RPCs sent and
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
@@ -44,6 +47,9 @@ use tonic::{Code, Status};
 pub const MAX_IN_FLIGHT: usize = 2;
 /// Most calls in one batch RPC (the participants accept 1,000).
 pub const MAX_BATCH: usize = 256;
+/// Most bytes of calls in one batch RPC, at first: far below the
+/// participants' default request limit (1 MiB, `--max-request-bytes`).
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 /// A boxed future, as the transport below returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -54,8 +60,9 @@ pub type BatchReply<R> = Result<Vec<Result<R, Status>>, Status>;
 
 /// The two ways to send one kind of call to a participant.
 pub trait Transport: Send + Sync + 'static {
-    /// A call's request message.
-    type Request: Send + 'static;
+    /// A call's request message (cloned when batched, so that a batch the
+    /// participant cannot take can be sent again as single calls).
+    type Request: Clone + Send + 'static;
     /// A call's reply message.
     type Reply: Send + 'static;
 
@@ -69,6 +76,9 @@ pub trait Transport: Send + Sync + 'static {
     /// Several calls in one RPC: one result per call, in their order; `Err`
     /// when the RPC as a whole failed.
     fn many(&self, calls: Vec<(Self::Request, String)>) -> BoxFuture<BatchReply<Self::Reply>>;
+
+    /// A call's size on the wire, in bytes (what a batch's size counts).
+    fn size(request: &Self::Request) -> usize;
 }
 
 /// Batches one kind of call to one participant. Cheap to clone.
@@ -100,10 +110,15 @@ struct State<T: Transport> {
     in_flight: usize,
     /// The participant answered UNIMPLEMENTED to a batch: single calls only.
     no_batches: bool,
+    /// Most bytes of calls per batch: [`MAX_BATCH_BYTES`], halved each
+    /// time the participant refuses a batch as too large.
+    max_bytes: usize,
 }
 
 struct Queued<T: Transport> {
     request: T::Request,
+    /// `T::size(&request)`.
+    bytes: usize,
     traceparent: String,
     reply: oneshot::Sender<Result<T::Reply, Status>>,
 }
@@ -145,6 +160,7 @@ impl<T: Transport> Batcher<T> {
                     queue: Vec::new(),
                     in_flight: 0,
                     no_batches: false,
+                    max_bytes: MAX_BATCH_BYTES,
                 }),
             }),
         }
@@ -161,6 +177,7 @@ impl<T: Transport> Batcher<T> {
             } else {
                 let (reply, waiting) = oneshot::channel();
                 state.queue.push(Queued {
+                    bytes: T::size(&request),
                     request,
                     traceparent,
                     reply,
@@ -210,7 +227,18 @@ impl<T: Transport> Shared<T> {
             return None;
         }
         state.in_flight += 1;
-        let take = state.queue.len().min(MAX_BATCH);
+        // As many calls as fit in the batch's bytes (always one at least).
+        let mut bytes = 0;
+        let take = state
+            .queue
+            .iter()
+            .take(MAX_BATCH)
+            .take_while(|q| {
+                bytes += q.bytes;
+                bytes <= state.max_bytes
+            })
+            .count()
+            .max(1);
         Some(state.queue.drain(..take).collect())
     }
 }
@@ -235,17 +263,13 @@ async fn send_batches<T: Transport>(shared: Arc<Shared<T>>, mut batch: Vec<Queue
 async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
     let no_batches = shared.state().no_batches;
     if batch.len() == 1 || no_batches {
-        let singles = batch.into_iter().map(|q| async move {
-            let result = shared.transport.one(q.request, q.traceparent).await;
-            let _ = q.reply.send(result);
-        });
-        futures::future::join_all(singles).await;
+        send_singles(shared, batch).await;
         return;
     }
-    let (calls, replies): (Vec<_>, Vec<_>) = batch
-        .into_iter()
-        .map(|q| ((q.request, q.traceparent), q.reply))
-        .unzip();
+    let calls: Vec<_> = batch
+        .iter()
+        .map(|q| (q.request.clone(), q.traceparent.clone()))
+        .collect();
     let count = calls.len();
     metrics::counter!("saga_participant_batches_total", "step" => shared.step).increment(1);
     metrics::counter!("saga_participant_batched_calls_total", "step" => shared.step)
@@ -254,35 +278,57 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         Ok(results) => {
             let got = results.len();
             let mut results = results.into_iter();
-            for reply in replies {
+            for q in batch {
                 let result = results.next().unwrap_or_else(|| {
                     Err(Status::internal(format!(
                         "the participant answered {got} results to a batch of {count} calls"
                     )))
                 });
-                let _ = reply.send(result);
+                let _ = q.reply.send(result);
             }
         }
-        Err(status) if status.code() == Code::Unimplemented => {
-            tracing::info!(
-                error = status.message(),
-                "the participant has no batch RPC: single calls from now on"
-            );
-            shared.state().no_batches = true;
-            // Those calls were never applied: the RPC does not exist there.
-            // Each fails transiently and its saga retries it on its own.
-            for reply in replies {
-                let _ = reply.send(Err(Status::unavailable(
-                    "the participant has no batch RPC; retried as a single call",
-                )));
+        // Refused as a whole before any call of it ran: the batch RPC does
+        // not exist there (an older participant), or the batch is over the
+        // participant's request limit. Its calls go again, on their own.
+        Err(status) if matches!(status.code(), Code::Unimplemented | Code::ResourceExhausted) => {
+            {
+                let mut state = shared.state();
+                if status.code() == Code::Unimplemented {
+                    state.no_batches = true;
+                    tracing::info!(
+                        error = status.message(),
+                        "the participant has no batch RPC: single calls from now on"
+                    );
+                } else {
+                    let bytes: usize = batch.iter().map(|q| q.bytes).sum();
+                    state.max_bytes = state.max_bytes.min(bytes / 2).max(1);
+                    tracing::info!(
+                        error = status.message(),
+                        bytes,
+                        max_bytes = state.max_bytes,
+                        "a batch over the participant's request limit: smaller batches from now on"
+                    );
+                }
             }
+            send_singles(shared, batch).await;
         }
         Err(status) => {
-            for reply in replies {
-                let _ = reply.send(Err(Status::new(status.code(), status.message())));
+            for q in batch {
+                let _ = q
+                    .reply
+                    .send(Err(Status::new(status.code(), status.message())));
             }
         }
     }
+}
+
+/// Sends each call of `batch` on its own, concurrently.
+async fn send_singles<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
+    let singles = batch.into_iter().map(|q| async move {
+        let result = shared.transport.one(q.request, q.traceparent).await;
+        let _ = q.reply.send(result);
+    });
+    futures::future::join_all(singles).await;
 }
 
 #[cfg(test)]

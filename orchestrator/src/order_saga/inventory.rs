@@ -113,6 +113,10 @@ impl Transport for Deductions {
         Box::pin(async move { Ok(client.deduct(request).await?.into_inner()) })
     }
 
+    fn size(request: &pb::DeductRequest) -> usize {
+        prost::Message::encoded_len(request)
+    }
+
     fn many(
         &self,
         calls: Vec<(pb::DeductRequest, String)>,

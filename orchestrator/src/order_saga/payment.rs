@@ -101,6 +101,10 @@ impl Transport for Charges {
         Box::pin(async move { Ok(client.charge(request).await?.into_inner()) })
     }
 
+    fn size(request: &pb::ChargeRequest) -> usize {
+        prost::Message::encoded_len(request)
+    }
+
     fn many(
         &self,
         calls: Vec<(pb::ChargeRequest, String)>,

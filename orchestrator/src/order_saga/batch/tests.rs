@@ -6,12 +6,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Replies `request * 2` after `delay`; counts its RPCs and every request
 /// it delivered. `fail_many` makes every batch RPC fail with that code;
-/// `short_by` drops that many results from each batch's answer.
+/// `short_by` drops that many results from each batch's answer; a batch of
+/// more than `limit` calls is refused RESOURCE_EXHAUSTED. Each call is 10
+/// bytes.
 #[derive(Default)]
 struct Fake {
     delay: Duration,
     fail_many: Option<Code>,
     short_by: usize,
+    limit: Option<usize>,
+    /// The largest batch it applied.
+    largest: AtomicUsize,
     ones: AtomicUsize,
     manys: AtomicUsize,
     delivered: Mutex<Vec<u64>>,
@@ -47,6 +52,10 @@ impl Transport for Arc<Fake> {
             if let Some(code) = fake.fail_many {
                 return Err(Status::new(code, "batch failed"));
             }
+            if fake.limit.is_some_and(|limit| calls.len() > limit) {
+                return Err(Status::resource_exhausted("over the request limit"));
+            }
+            fake.largest.fetch_max(calls.len(), Ordering::SeqCst);
             let mut results = Vec::new();
             for (request, traceparent) in calls {
                 assert_eq!(
@@ -60,6 +69,10 @@ impl Transport for Arc<Fake> {
             results.truncate(results.len().saturating_sub(fake.short_by));
             Ok(results)
         })
+    }
+
+    fn size(_: &u64) -> usize {
+        10
     }
 }
 
@@ -150,13 +163,12 @@ async fn a_participant_without_batches_gets_single_calls_from_then_on() {
     });
     let b = batcher(&fake);
     let first = call_all(&b, 40).await;
-    let refused: Vec<_> = first.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(!refused.is_empty());
     assert!(
-        refused.iter().all(|s| s.code() == Code::Unavailable),
-        "never applied, so transient: {refused:?}"
+        first.iter().all(Result::is_ok),
+        "resent on their own: {first:?}"
     );
     let manys = fake.manys.load(Ordering::SeqCst);
+    assert!(manys >= 1, "a batch was tried");
     let second = call_all(&b, 40).await;
     assert!(second.iter().all(Result::is_ok), "{second:?}");
     assert_eq!(
@@ -164,6 +176,39 @@ async fn a_participant_without_batches_gets_single_calls_from_then_on() {
         manys,
         "no batch RPC after UNIMPLEMENTED"
     );
+    let mut delivered = fake.delivered.lock().unwrap().clone();
+    delivered.sort_unstable();
+    let expected: Vec<u64> = (0..40)
+        .chain(0..40)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .flat_map(|i| [i, i])
+        .collect();
+    assert_eq!(delivered, expected, "each call delivered once per round");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_over_the_participants_limit_are_resent_alone_and_shrink() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        limit: Some(3),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    for round in 0..3 {
+        let results = call_all(&b, 60).await;
+        for (i, result) in results.into_iter().enumerate() {
+            assert_eq!(result.unwrap(), i as u64 * 2, "round {round}, call {i}");
+        }
+    }
+    let mut delivered = fake.delivered.lock().unwrap().clone();
+    delivered.sort_unstable();
+    let expected: Vec<u64> = (0..60).flat_map(|i| [i, i, i]).collect();
+    assert_eq!(
+        delivered, expected,
+        "every call once per round, none lost or doubled"
+    );
+    assert!(fake.largest.load(Ordering::SeqCst) <= 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
