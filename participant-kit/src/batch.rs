@@ -12,8 +12,11 @@
 //! span and trace id, faults, operationHistory record in its own
 //! transaction, metrics) and gets the status it would have got alone, as
 //! its own result; nothing one call does changes another's outcome, and a
-//! batch is not atomic. The calls run concurrently, so their transactions
-//! share the embedded store's group commits. Only the service token is
+//! batch is not atomic. The calls run concurrently (up to
+//! [`CONCURRENT_CALLS`] at a time), so their transactions share the
+//! embedded store's group commits; which of two calls of one batch with
+//! the same request id runs first is as unspecified as for two single calls
+//! racing. Only the service token is
 //! checked once, for the batch (it is the same caller).
 
 use saga_proto::participant::v1 as pb;
@@ -35,13 +38,23 @@ pub fn check_size(calls: usize) -> Result<(), Status> {
     Ok(())
 }
 
-/// Runs `call` on every item concurrently; the results in the items' order.
+/// Most calls of one batch applied at once: enough for their transactions
+/// to share group commits, few enough that a large batch does not flood
+/// the store (on MongoDB, write conflicts on one account grow with it).
+pub const CONCURRENT_CALLS: usize = 64;
+
+/// Runs `call` on every item, [`CONCURRENT_CALLS`] at a time; the results
+/// in the items' order.
 pub async fn run<I, O, F, Fut>(items: Vec<I>, call: F) -> Vec<Result<O, Status>>
 where
     F: Fn(I) -> Fut,
     Fut: Future<Output = Result<O, Status>>,
 {
-    futures::future::join_all(items.into_iter().map(call)).await
+    use futures::StreamExt;
+    futures::stream::iter(items.into_iter().map(call))
+        .buffered(CONCURRENT_CALLS)
+        .collect()
+        .await
 }
 
 /// A call's failure as a batch result carries it.

@@ -16,40 +16,61 @@
 //!   from the saga's own task: an idle saga is called exactly as without
 //!   batching.
 //! - Otherwise it queues. When an RPC in flight ends, the calls queued
-//!   meanwhile leave together in one batch RPC (up to [`MAX_BATCH`]),
-//!   sent by a task of its own, which keeps sending while calls keep
-//!   queueing. So batches form only under load, and a call waits at most
-//!   for the RPC in flight before it.
-//! - A whole batch failing (connection lost, deadline, UNAVAILABLE) fails
-//!   each of its calls with that status, which each saga classifies and
-//!   retries as it would its own call. A call whose caller gave up (its
-//!   wait is bounded by the call deadline plus the connect timeout, as a
-//!   single call's is) is left out of the next batch.
+//!   meanwhile leave together in one batch RPC, sent by a task of its own.
+//!   So batches form only under load. A call waits in the queue at most
+//!   [`FLUSH_AFTER`]: if the RPCs in flight are slower than that (a slow
+//!   participant), it sends the queue itself, past the in-flight limit.
+//! - **A call takes no longer than it would alone.** A batch's deadline is
+//!   the call deadline less the time its oldest call queued, and a queued
+//!   call gives up (DEADLINE_EXCEEDED, retried) after the call deadline plus
+//!   the connect timeout, which is what a single call may take — the bound
+//!   the lease is sized for (`config.rs`). A call whose caller gave up is
+//!   left out of the batch.
+//! - A batch failing as a whole (connection lost, deadline, UNAVAILABLE)
+//!   fails each of its calls with that status, which each saga classifies
+//!   and retries as it would its own call. A status that would read as a
+//!   business refusal (INVALID_ARGUMENT, OUT_OF_RANGE, ...) describes the
+//!   RPC, not any call, so it reaches the calls as UNKNOWN (retried, never
+//!   taken for a refusal that needs no compensation); so does an answer
+//!   with the wrong number of results.
 //! - A batch holds at most [`MAX_BATCH`] calls and [`MAX_BATCH_BYTES`]
-//!   bytes of them. A participant that refuses a batch as a whole before
-//!   running any call of it — UNIMPLEMENTED (an older version without the
-//!   batch RPC) or RESOURCE_EXHAUSTED (a batch over its request limit) —
-//!   gets that batch's calls again on their own, and from then on single
-//!   calls only (UNIMPLEMENTED) or batches of half that size.
+//!   bytes of them. A participant that refuses a batch before running any
+//!   call of it — UNIMPLEMENTED (an older version without the batch RPC)
+//!   or "decoded message length too large" (over its request limit) — gets
+//!   that batch's calls again on their own at once, and from then on single
+//!   calls only, or batches of half that size (never under 1 KiB, the
+//!   smallest limit a participant accepts).
 //!
 //! Counted: `saga_participant_batches_total{step}` batch RPCs sent and
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
 //! ratio is the mean batch size; calls sent on their own are not counted).
 
+use super::classify::{FailureClass, classify};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tonic::{Code, Status};
 
 /// RPCs of one kind in flight to one participant before calls queue.
 pub const MAX_IN_FLIGHT: usize = 2;
+/// Longest a call waits in the queue for an RPC in flight to end.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(50);
 /// Most calls in one batch RPC (the participants accept 1,000).
 pub const MAX_BATCH: usize = 256;
 /// Most bytes of calls in one batch RPC, at first: far below the
 /// participants' default request limit (1 MiB, `--max-request-bytes`).
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+/// The smallest byte budget: the smallest request limit a participant
+/// accepts (`service_kit::server::MIN_MAX_REQUEST_BYTES`).
+pub const MIN_BATCH_BYTES: usize = service_kit::server::MIN_MAX_REQUEST_BYTES;
+/// The shortest deadline a batch is sent with.
+const MIN_BATCH_DEADLINE: Duration = Duration::from_millis(100);
+/// How tonic (and the participants' servers) word a message over the
+/// receiver's limit.
+const OVERSIZE: &str = "decoded message length too large";
 
 /// A boxed future, as the transport below returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -66,19 +87,23 @@ pub trait Transport: Send + Sync + 'static {
     /// A call's reply message.
     type Reply: Send + 'static;
 
-    /// The call on its own, carrying `traceparent`.
+    /// The call on its own, carrying `traceparent`, with the call deadline.
     fn one(
         &self,
         request: Self::Request,
         traceparent: String,
     ) -> BoxFuture<Result<Self::Reply, Status>>;
 
-    /// Several calls in one RPC: one result per call, in their order; `Err`
-    /// when the RPC as a whole failed.
-    fn many(&self, calls: Vec<(Self::Request, String)>) -> BoxFuture<BatchReply<Self::Reply>>;
+    /// Several calls in one RPC with `deadline`: one result per call, in
+    /// their order; `Err` when the RPC as a whole failed.
+    fn many(
+        &self,
+        calls: Vec<(Self::Request, String)>,
+        deadline: Duration,
+    ) -> BoxFuture<BatchReply<Self::Reply>>;
 
-    /// A call's size on the wire, in bytes (what a batch's size counts).
-    fn size(request: &Self::Request) -> usize;
+    /// A call's size in a batch, in bytes.
+    fn size(request: &Self::Request, traceparent: &str) -> usize;
 }
 
 /// Batches one kind of call to one participant. Cheap to clone.
@@ -98,15 +123,18 @@ struct Shared<T: Transport> {
     transport: T,
     /// The step whose calls these are (the metrics' label).
     step: &'static str,
-    /// How long a queued call waits for its result before it gives up.
+    /// The deadline of one call.
+    call_timeout: Duration,
+    /// How long a queued call waits for its result before it gives up:
+    /// what a single call may take (call deadline + connect timeout).
     patience: Duration,
     state: Mutex<State<T>>,
 }
 
 struct State<T: Transport> {
-    /// Calls waiting for the next batch. Not empty only while
-    /// [`MAX_IN_FLIGHT`] RPCs are in flight: one of them sends it.
+    /// Calls waiting for a batch, oldest first.
     queue: Vec<Queued<T>>,
+    /// RPCs in flight (single calls and batches).
     in_flight: usize,
     /// The participant answered UNIMPLEMENTED to a batch: single calls only.
     no_batches: bool,
@@ -117,14 +145,15 @@ struct State<T: Transport> {
 
 struct Queued<T: Transport> {
     request: T::Request,
-    /// `T::size(&request)`.
-    bytes: usize,
     traceparent: String,
+    /// `T::size` of the call.
+    bytes: usize,
+    queued_at: Instant,
     reply: oneshot::Sender<Result<T::Reply, Status>>,
 }
 
-/// Counts one RPC in flight; its drop — also when the call's future is
-/// dropped half-way — hands the queue to a sender task.
+/// Counts one RPC in flight until dropped — also when its future is
+/// dropped half-way, or panics — and then hands the queue to a new sender.
 struct InFlight<T: Transport> {
     shared: Arc<Shared<T>>,
 }
@@ -136,26 +165,33 @@ impl<T: Transport> Drop for InFlight<T> {
             state.in_flight -= 1;
             self.shared.next_batch(&mut state)
         };
-        if let Some(batch) = next {
-            // Outside a runtime (it is shutting down) the batch is dropped:
-            // its callers see UNAVAILABLE.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(send_batches(self.shared.clone(), batch));
+        let Some(batch) = next else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(send_guarded(self.shared.clone(), batch));
             }
+            // No runtime (it is shutting down): the batch is dropped, its
+            // callers see UNAVAILABLE, and its RPC is not in flight.
+            Err(_) => self.shared.state().in_flight -= 1,
         }
     }
 }
 
 impl<T: Transport> Batcher<T> {
-    /// `step`'s calls sent through `transport`; a queued call waits at
-    /// most `patience` (the call deadline plus the connect timeout: what a
-    /// single call may take) before it fails DEADLINE_EXCEEDED.
-    pub fn new(step: &'static str, transport: T, patience: Duration) -> Self {
+    /// `step`'s calls sent through `transport`, each with `call_timeout`;
+    /// a queued call gives up after `call_timeout + connect_timeout`.
+    pub fn new(
+        step: &'static str,
+        transport: T,
+        call_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Self {
         Batcher {
             shared: Arc::new(Shared {
                 transport,
                 step,
-                patience,
+                call_timeout,
+                patience: call_timeout + connect_timeout,
                 state: Mutex::new(State {
                     queue: Vec::new(),
                     in_flight: 0,
@@ -169,6 +205,7 @@ impl<T: Transport> Batcher<T> {
     /// Makes one call: at once on its own when the way is free, else in
     /// the next batch.
     pub async fn call(&self, request: T::Request, traceparent: String) -> Result<T::Reply, Status> {
+        let queued_at = Instant::now();
         let route = {
             let mut state = self.shared.state();
             if state.in_flight < MAX_IN_FLIGHT && state.queue.is_empty() {
@@ -177,15 +214,16 @@ impl<T: Transport> Batcher<T> {
             } else {
                 let (reply, waiting) = oneshot::channel();
                 state.queue.push(Queued {
-                    bytes: T::size(&request),
+                    bytes: T::size(&request, &traceparent),
                     request,
                     traceparent,
+                    queued_at,
                     reply,
                 });
                 Err(waiting)
             }
         };
-        let waiting = match route {
+        let mut waiting = match route {
             Ok((request, traceparent)) => {
                 let _in_flight = InFlight {
                     shared: self.shared.clone(),
@@ -194,11 +232,26 @@ impl<T: Transport> Batcher<T> {
             }
             Err(waiting) => waiting,
         };
-        match tokio::time::timeout(self.shared.patience, waiting).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Status::unavailable(
-                "the batch carrying this call was dropped",
-            )),
+        let give_up = queued_at + self.shared.patience;
+        let flush_at = queued_at + FLUSH_AFTER;
+        if flush_at < give_up {
+            tokio::select! {
+                biased;
+                result = &mut waiting => return received(result),
+                () = tokio::time::sleep_until(flush_at) => {}
+            }
+            // Still queued: the RPCs in flight are slow. Send the queue
+            // now, from this task, past the in-flight limit.
+            let batch = {
+                let mut state = self.shared.state();
+                self.shared.take_batch(&mut state)
+            };
+            if let Some(batch) = batch {
+                send_guarded(self.shared.clone(), batch).await;
+            }
+        }
+        match tokio::time::timeout_at(give_up, waiting).await {
+            Ok(result) => received(result),
             Err(_) => Err(Status::deadline_exceeded(format!(
                 "no reply within {:?} (queued for a batch)",
                 self.shared.patience
@@ -206,10 +259,19 @@ impl<T: Transport> Batcher<T> {
         }
     }
 
-    /// Calls queued right now (for tests and metrics).
+    /// Calls queued right now (for tests).
     pub fn queued(&self) -> usize {
         self.shared.state().queue.len()
     }
+}
+
+/// A queued call's result, as its sender handed it over.
+fn received<R>(result: Result<Result<R, Status>, oneshot::error::RecvError>) -> Result<R, Status> {
+    result.unwrap_or_else(|_| {
+        Err(Status::unavailable(
+            "the batch carrying this call was dropped",
+        ))
+    })
 }
 
 impl<T: Transport> Shared<T> {
@@ -219,15 +281,23 @@ impl<T: Transport> Shared<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the next batch off the queue, counting its RPC in flight; the
-    /// calls whose callers gave up are dropped from it.
+    /// The next batch, if the queue holds one and fewer than
+    /// [`MAX_IN_FLIGHT`] RPCs are in flight.
     fn next_batch(&self, state: &mut State<T>) -> Option<Vec<Queued<T>>> {
+        if state.in_flight >= MAX_IN_FLIGHT {
+            return None;
+        }
+        self.take_batch(state)
+    }
+
+    /// Takes a batch off the queue (as many calls as fit, one at least),
+    /// counting its RPC in flight; calls whose callers gave up are dropped.
+    fn take_batch(&self, state: &mut State<T>) -> Option<Vec<Queued<T>>> {
         state.queue.retain(|q| !q.reply.is_closed());
-        if state.queue.is_empty() || state.in_flight >= MAX_IN_FLIGHT {
+        if state.queue.is_empty() {
             return None;
         }
         state.in_flight += 1;
-        // As many calls as fit in the batch's bytes (always one at least).
         let mut bytes = 0;
         let take = state
             .queue
@@ -243,21 +313,13 @@ impl<T: Transport> Shared<T> {
     }
 }
 
-/// Sends `batch`, hands each call its result, and goes on with the calls
-/// queued meanwhile until the queue is empty.
-async fn send_batches<T: Transport>(shared: Arc<Shared<T>>, mut batch: Vec<Queued<T>>) {
-    loop {
-        send_batch(&shared, batch).await;
-        let next = {
-            let mut state = shared.state();
-            state.in_flight -= 1;
-            shared.next_batch(&mut state)
-        };
-        match next {
-            Some(more) => batch = more,
-            None => return,
-        }
-    }
+/// Sends `batch` (its RPC already counted in flight), then lets the next
+/// queued batch go.
+async fn send_guarded<T: Transport>(shared: Arc<Shared<T>>, batch: Vec<Queued<T>>) {
+    let _in_flight = InFlight {
+        shared: shared.clone(),
+    };
+    send_batch(&shared, batch).await;
 }
 
 async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
@@ -271,26 +333,35 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         .map(|q| (q.request.clone(), q.traceparent.clone()))
         .collect();
     let count = calls.len();
+    // The batch may take what is left of its oldest call's deadline.
+    let waited = batch
+        .iter()
+        .map(|q| q.queued_at.elapsed())
+        .max()
+        .unwrap_or_default();
+    let deadline = shared
+        .call_timeout
+        .saturating_sub(waited)
+        .max(MIN_BATCH_DEADLINE);
     metrics::counter!("saga_participant_batches_total", "step" => shared.step).increment(1);
     metrics::counter!("saga_participant_batched_calls_total", "step" => shared.step)
         .increment(count as u64);
-    match shared.transport.many(calls).await {
-        Ok(results) => {
-            let got = results.len();
-            let mut results = results.into_iter();
-            for q in batch {
-                let result = results.next().unwrap_or_else(|| {
-                    Err(Status::internal(format!(
-                        "the participant answered {got} results to a batch of {count} calls"
-                    )))
-                });
+    match shared.transport.many(calls, deadline).await {
+        Ok(results) if results.len() == count => {
+            for (q, result) in batch.into_iter().zip(results) {
                 let _ = q.reply.send(result);
             }
         }
-        // Refused as a whole before any call of it ran: the batch RPC does
-        // not exist there (an older participant), or the batch is over the
-        // participant's request limit. Its calls go again, on their own.
-        Err(status) if matches!(status.code(), Code::Unimplemented | Code::ResourceExhausted) => {
+        Ok(results) => {
+            let why = format!(
+                "the participant answered {} results to a batch of {count} calls",
+                results.len()
+            );
+            for q in batch {
+                let _ = q.reply.send(Err(Status::unknown(why.clone())));
+            }
+        }
+        Err(status) if refused_before_running(&status) => {
             {
                 let mut state = shared.state();
                 if status.code() == Code::Unimplemented {
@@ -301,7 +372,7 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
                     );
                 } else {
                     let bytes: usize = batch.iter().map(|q| q.bytes).sum();
-                    state.max_bytes = state.max_bytes.min(bytes / 2).max(1);
+                    state.max_bytes = state.max_bytes.min(bytes / 2).max(MIN_BATCH_BYTES);
                     tracing::info!(
                         error = status.message(),
                         bytes,
@@ -313,21 +384,39 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
             send_singles(shared, batch).await;
         }
         Err(status) => {
+            // The RPC's status, not any call's: never a business refusal.
+            let code = match classify(&status) {
+                FailureClass::Refused => Code::Unknown,
+                FailureClass::Transient => status.code(),
+            };
+            let message = format!("batch {:?}: {}", status.code(), status.message());
             for q in batch {
-                let _ = q
-                    .reply
-                    .send(Err(Status::new(status.code(), status.message())));
+                let _ = q.reply.send(Err(Status::new(code, message.clone())));
             }
         }
     }
 }
 
-/// Sends each call of `batch` on its own, concurrently.
+/// Whether the participant refused the batch before running any call of
+/// it: it has no batch RPC, or the batch is over its request limit.
+fn refused_before_running(status: &Status) -> bool {
+    match status.code() {
+        Code::Unimplemented => true,
+        Code::ResourceExhausted | Code::OutOfRange => status.message().contains(OVERSIZE),
+        _ => false,
+    }
+}
+
+/// Sends each call of `batch` on its own, concurrently (the calls whose
+/// callers gave up are left out).
 async fn send_singles<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
-    let singles = batch.into_iter().map(|q| async move {
-        let result = shared.transport.one(q.request, q.traceparent).await;
-        let _ = q.reply.send(result);
-    });
+    let singles = batch
+        .into_iter()
+        .filter(|q| !q.reply.is_closed())
+        .map(|q| async move {
+            let result = shared.transport.one(q.request, q.traceparent).await;
+            let _ = q.reply.send(result);
+        });
     futures::future::join_all(singles).await;
 }
 

@@ -47,7 +47,7 @@ impl Caller {
 
     /// A participant request with the call deadline and `traceparent`.
     pub fn traced_request<T>(&self, message: T, traceparent: &str) -> Request<T> {
-        let mut request = self.batch_request(message);
+        let mut request = self.batch_request(message, self.call_timeout);
         if let Ok(value) = traceparent.parse() {
             request
                 .metadata_mut()
@@ -56,18 +56,17 @@ impl Caller {
         request
     }
 
-    /// A batch request (ChargeBatch, DeductBatch): the call deadline and
-    /// the service token; each call in it carries its own trace context.
-    pub fn batch_request<T>(&self, message: T) -> Request<T> {
+    /// A batch request (ChargeBatch, DeductBatch) with `deadline` and the
+    /// service token; each call in it carries its own trace context.
+    pub fn batch_request<T>(&self, message: T, deadline: Duration) -> Request<T> {
         let mut request = self.service.request(message);
-        request.set_timeout(self.call_timeout);
+        request.set_timeout(deadline);
         request
     }
 
-    /// How long a call may take, waiting for a connection included: what a
-    /// call queued for a batch waits at most.
-    pub fn patience(&self) -> Duration {
-        self.call_timeout + crate::PARTICIPANT_CONNECT_TIMEOUT
+    /// The deadline of one participant call.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     /// The domain outcome of a participant's reply.

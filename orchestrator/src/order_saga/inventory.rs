@@ -30,7 +30,12 @@ impl InventoryStep {
             caller: caller.clone(),
         };
         InventoryStep {
-            deductions: Batcher::new(super::INVENTORY, deductions, caller.patience()),
+            deductions: Batcher::new(
+                super::INVENTORY,
+                deductions,
+                caller.call_timeout(),
+                crate::PARTICIPANT_CONNECT_TIMEOUT,
+            ),
             client,
             history: OperationHistoryServiceClient::new(channel),
             caller,
@@ -113,13 +118,15 @@ impl Transport for Deductions {
         Box::pin(async move { Ok(client.deduct(request).await?.into_inner()) })
     }
 
-    fn size(request: &pb::DeductRequest) -> usize {
-        prost::Message::encoded_len(request)
+    fn size(request: &pb::DeductRequest, traceparent: &str) -> usize {
+        // The call's message inside its batch entry: tag, length, fields.
+        prost::Message::encoded_len(request) + traceparent.len() + 8
     }
 
     fn many(
         &self,
         calls: Vec<(pb::DeductRequest, String)>,
+        deadline: std::time::Duration,
     ) -> BoxFuture<BatchReply<pb::DeductResponse>> {
         let mut client = self.client.clone();
         let calls = calls
@@ -129,7 +136,9 @@ impl Transport for Deductions {
                 traceparent,
             })
             .collect();
-        let request = self.caller.batch_request(pb::DeductBatchRequest { calls });
+        let request = self
+            .caller
+            .batch_request(pb::DeductBatchRequest { calls }, deadline);
         Box::pin(async move {
             let reply = client.deduct_batch(request).await?.into_inner();
             Ok(reply

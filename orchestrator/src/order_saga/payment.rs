@@ -29,7 +29,12 @@ impl PaymentStep {
             caller: caller.clone(),
         };
         PaymentStep {
-            charges: Batcher::new(super::PAYMENT, charges, caller.patience()),
+            charges: Batcher::new(
+                super::PAYMENT,
+                charges,
+                caller.call_timeout(),
+                crate::PARTICIPANT_CONNECT_TIMEOUT,
+            ),
             client,
             history: OperationHistoryServiceClient::new(channel),
             caller,
@@ -101,13 +106,15 @@ impl Transport for Charges {
         Box::pin(async move { Ok(client.charge(request).await?.into_inner()) })
     }
 
-    fn size(request: &pb::ChargeRequest) -> usize {
-        prost::Message::encoded_len(request)
+    fn size(request: &pb::ChargeRequest, traceparent: &str) -> usize {
+        // The call's message inside its batch entry: tag, length, fields.
+        prost::Message::encoded_len(request) + traceparent.len() + 8
     }
 
     fn many(
         &self,
         calls: Vec<(pb::ChargeRequest, String)>,
+        deadline: std::time::Duration,
     ) -> BoxFuture<BatchReply<pb::ChargeResponse>> {
         let mut client = self.client.clone();
         let calls = calls
@@ -117,7 +124,9 @@ impl Transport for Charges {
                 traceparent,
             })
             .collect();
-        let request = self.caller.batch_request(pb::ChargeBatchRequest { calls });
+        let request = self
+            .caller
+            .batch_request(pb::ChargeBatchRequest { calls }, deadline);
         Box::pin(async move {
             let reply = client.charge_batch(request).await?.into_inner();
             Ok(reply
