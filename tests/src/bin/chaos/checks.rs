@@ -104,6 +104,11 @@ impl Checks {
             "  ----  takeovers of a live owner (saga_lease_takeovers_of_live_owner_total): {} (informational: a lease that expired under a healthy owner)",
             outcome.tally.counters.live_owner_takeovers
         );
+        let c = &outcome.tally.counters;
+        println!(
+            "  ----  batched participant calls: {} batch RPCs carried {} calls (informational: batches form when calls queue behind RPCs in flight)",
+            c.batches, c.batched_calls
+        );
     }
 
     /// Every order accepted, every duplicate answered with the same saga.

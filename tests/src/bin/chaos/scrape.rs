@@ -19,6 +19,13 @@ pub struct OrchestratorCounters {
     pub live_owner_takeovers: u64,
     /// `sagas_started_total`: sagas this instance created.
     pub started: u64,
+    /// `saga_participant_batches_total` (every step): batch RPCs sent.
+    #[serde(default)]
+    pub batches: u64,
+    /// `saga_participant_batched_calls_total` (every step): the calls
+    /// those batches carried.
+    #[serde(default)]
+    pub batched_calls: u64,
 }
 
 impl OrchestratorCounters {
@@ -28,15 +35,24 @@ impl OrchestratorCounters {
             takeovers: self.takeovers + o.takeovers,
             live_owner_takeovers: self.live_owner_takeovers + o.live_owner_takeovers,
             started: self.started + o.started,
+            batches: self.batches + o.batches,
+            batched_calls: self.batched_calls + o.batched_calls,
         }
     }
 
     /// Reads the counters out of a text exposition (absent ones are 0: a
-    /// counter appears once first incremented).
+    /// counter appears once first incremented), summed over their labels.
     pub fn parse(text: &str) -> OrchestratorCounters {
         let value = |name: &str| -> u64 {
             text.lines()
-                .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .filter_map(|l| {
+                    let rest = l.strip_prefix(name)?;
+                    let rest = match rest.strip_prefix('{') {
+                        Some(labelled) => labelled.split_once('}')?.1,
+                        None => rest,
+                    };
+                    rest.strip_prefix(' ')
+                })
                 .filter_map(|v| v.split_whitespace().next()?.parse::<f64>().ok())
                 .map(|v| v as u64)
                 .sum()
@@ -45,6 +61,8 @@ impl OrchestratorCounters {
             takeovers: value("saga_lease_takeovers_total"),
             live_owner_takeovers: value("saga_lease_takeovers_of_live_owner_total"),
             started: value("sagas_started_total"),
+            batches: value("saga_participant_batches_total"),
+            batched_calls: value("saga_participant_batched_calls_total"),
         }
     }
 }
@@ -118,14 +136,19 @@ mod tests {
     fn counters_are_read_from_the_exposition_and_chunks_are_joined() {
         let text = "# TYPE saga_lease_takeovers_total counter\nsaga_lease_takeovers_total 3\n\
                     saga_lease_takeovers_of_live_owner_total 1\nsagas_started_total 12\n\
-                    saga_step_retries_total 9\n";
+                    saga_step_retries_total 9\n\
+                    saga_participant_batches_total{step=\"payment\"} 2\n\
+                    saga_participant_batches_total{step=\"inventory\"} 3\n\
+                    saga_participant_batched_calls_total{step=\"payment\"} 7\n";
         let c = OrchestratorCounters::parse(text);
         assert_eq!(
             c,
             OrchestratorCounters {
                 takeovers: 3,
                 live_owner_takeovers: 1,
-                started: 12
+                started: 12,
+                batches: 5,
+                batched_calls: 7,
             }
         );
         assert_eq!(
