@@ -19,8 +19,18 @@ pub enum FailureClass {
     Transient,
 }
 
+/// How tonic words a reply over the client's decoding limit (4 MiB): an
+/// OUT_OF_RANGE made here, after the participant answered, so the call may
+/// well have been applied.
+const REPLY_TOO_LARGE: &str = "decoded message length too large";
+
 /// Classifies a gRPC status returned by a participant.
 pub fn classify(status: &Status) -> FailureClass {
+    if status.code() == Code::OutOfRange && status.message().contains(REPLY_TOO_LARGE) {
+        // Not the participant's refusal: its reply could not be read. A
+        // refused step is not compensated, so this must be retried.
+        return FailureClass::Transient;
+    }
     match status.code() {
         Code::FailedPrecondition
         | Code::NotFound
@@ -69,5 +79,14 @@ mod tests {
         for (code, class) in table {
             assert_eq!(classify(&Status::new(code, "x")), class, "{code:?}");
         }
+    }
+
+    #[test]
+    fn a_reply_too_large_to_read_is_no_refusal() {
+        // tonic's own status when a reply exceeds the client's limit.
+        let status = Status::out_of_range(
+            "Error, decoded message length too large: found 4194400 bytes, the limit is: 4194304 bytes",
+        );
+        assert_eq!(classify(&status), FailureClass::Transient);
     }
 }
