@@ -816,6 +816,32 @@ pub async fn wait_terminal(addr: SocketAddr, saga_id: &str, timeout: Duration) -
     }
 }
 
+/// Runs each scenario — an `async fn(Stack)` of the test file — once per
+/// storage backend: on embedded stores, and on fresh MongoDB databases of
+/// the test target (skipped when none is available and none is required).
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Stack::start().await).await;
+                }
+            )*
+        }
+        mod mongo {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(stack) = $crate::Stack::start_mongo().await else { return };
+                    super::$name(stack).await;
+                }
+            )*
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,29 +17,7 @@ use saga_proto::saga::v1 as pb;
 use saga_tests::{Stack, channel, order_request};
 use tonic::Code;
 
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(saga_tests::Stack::without_orchestrator().await).await;
-                }
-            )*
-        }
-        mod mongo {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(stack) = saga_tests::Stack::start_mongo().await else { return };
-                    super::$name(stack).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+saga_tests::on_every_backend!(
     a_charge_batch_applies_each_call_as_on_its_own,
     a_deduct_batch_applies_each_call_as_on_its_own,
     a_batch_over_the_limit_changes_nothing,

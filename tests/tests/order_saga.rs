@@ -1,30 +1,7 @@
 //! The order saga end to end, as a user of CreateOrder sees it — on the
 //! embedded stores and on MongoDB (emulated unless `MONGODB_URI` is set).
 
-/// Runs each scenario once per storage backend.
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(saga_tests::Stack::start().await).await;
-                }
-            )*
-        }
-        mod mongo {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(stack) = saga_tests::Stack::start_mongo().await else { return };
-                    super::$name(stack).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+saga_tests::on_every_backend!(
     happy_path_charges_deducts_and_completes,
     payment_refusal_cancels_with_nothing_to_compensate,
     inventory_shortage_refunds_the_payment,
