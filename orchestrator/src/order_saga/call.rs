@@ -47,7 +47,7 @@ impl Caller {
 
     /// A participant request with the call deadline and `traceparent`.
     pub fn traced_request<T>(&self, message: T, traceparent: &str) -> Request<T> {
-        let mut request = self.batch_request(message, self.call_timeout);
+        let mut request = self.request_with_deadline(message, self.call_timeout);
         if let Ok(value) = traceparent.parse() {
             request
                 .metadata_mut()
@@ -56,9 +56,10 @@ impl Caller {
         request
     }
 
-    /// A batch request (ChargeBatch, DeductBatch) with `deadline` and the
-    /// service token; each call in it carries its own trace context.
-    pub fn batch_request<T>(&self, message: T, deadline: Duration) -> Request<T> {
+    /// A participant request with `deadline` and the service token, no
+    /// trace context: what a batch (ChargeBatch, DeductBatch) is sent as,
+    /// each call in it carrying its own.
+    pub fn request_with_deadline<T>(&self, message: T, deadline: Duration) -> Request<T> {
         let mut request = self.service.request(message);
         request.set_timeout(deadline);
         request

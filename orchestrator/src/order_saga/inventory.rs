@@ -138,7 +138,7 @@ impl Transport for Deductions {
             .collect();
         let request = self
             .caller
-            .batch_request(pb::DeductBatchRequest { calls }, deadline);
+            .request_with_deadline(pb::DeductBatchRequest { calls }, deadline);
         Box::pin(async move {
             let reply = client.deduct_batch(request).await?.into_inner();
             Ok(reply

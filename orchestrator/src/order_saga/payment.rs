@@ -126,7 +126,7 @@ impl Transport for Charges {
             .collect();
         let request = self
             .caller
-            .batch_request(pb::ChargeBatchRequest { calls }, deadline);
+            .request_with_deadline(pb::ChargeBatchRequest { calls }, deadline);
         Box::pin(async move {
             let reply = client.charge_batch(request).await?.into_inner();
             Ok(reply
