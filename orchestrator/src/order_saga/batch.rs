@@ -32,7 +32,8 @@
 //!   business refusal (INVALID_ARGUMENT, OUT_OF_RANGE, ...) describes the
 //!   RPC, not any call, so it reaches the calls as UNKNOWN (retried, never
 //!   taken for a refusal that needs no compensation); so does an answer
-//!   with the wrong number of results.
+//!   with the wrong number of results, and a reply whose request id is not
+//!   its call's.
 //! - A batch holds at most [`MAX_BATCH`] calls and [`MAX_BATCH_BYTES`]
 //!   bytes of them. A participant that refuses a batch before running any
 //!   call of it — UNIMPLEMENTED (an older version without the batch RPC)
@@ -104,6 +105,10 @@ pub trait Transport: Send + Sync + 'static {
 
     /// A call's size in a batch, in bytes.
     fn size(request: &Self::Request, traceparent: &str) -> usize;
+
+    /// Whether `reply` answers `request` (same request id): a batch's
+    /// results are matched to its calls by position, and checked.
+    fn answers(request: &Self::Request, reply: &Self::Reply) -> bool;
 }
 
 /// Batches one kind of call to one participant. Cheap to clone.
@@ -349,6 +354,12 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
     match shared.transport.many(calls, deadline).await {
         Ok(results) if results.len() == count => {
             for (q, result) in batch.into_iter().zip(results) {
+                let result = match result {
+                    Ok(reply) if !T::answers(&q.request, &reply) => Err(Status::unknown(
+                        "the batch answered this call with another call's reply",
+                    )),
+                    result => result,
+                };
                 let _ = q.reply.send(result);
             }
         }

@@ -118,6 +118,10 @@ impl Transport for Deductions {
         Box::pin(async move { Ok(client.deduct(request).await?.into_inner()) })
     }
 
+    fn answers(request: &pb::DeductRequest, reply: &pb::DeductResponse) -> bool {
+        reply.request_id == request.request_id
+    }
+
     fn size(request: &pb::DeductRequest, traceparent: &str) -> usize {
         // The call's message inside its batch entry: tag, length, fields.
         prost::Message::encoded_len(request) + traceparent.len() + 8

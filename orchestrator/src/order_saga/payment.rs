@@ -106,6 +106,10 @@ impl Transport for Charges {
         Box::pin(async move { Ok(client.charge(request).await?.into_inner()) })
     }
 
+    fn answers(request: &pb::ChargeRequest, reply: &pb::ChargeResponse) -> bool {
+        reply.request_id == request.request_id
+    }
+
     fn size(request: &pb::ChargeRequest, traceparent: &str) -> usize {
         // The call's message inside its batch entry: tag, length, fields.
         prost::Message::encoded_len(request) + traceparent.len() + 8

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Replies `request * 2` after `delay`; counts its RPCs and every request
 /// it delivered. `fail_many` makes every batch RPC fail with that code;
-/// `short_by` drops that many results from each batch's answer; a batch of
+/// `short_by` drops that many results from each batch's answer; `swap`
+/// answers each batch's first two calls with each other's replies; a batch of
 /// more than `limit` calls is refused RESOURCE_EXHAUSTED. Each call is 10
 /// bytes.
 #[derive(Default)]
@@ -14,6 +15,7 @@ struct Fake {
     delay: Duration,
     fail_many: Option<Code>,
     short_by: usize,
+    swap: bool,
     limit: Option<usize>,
     /// The largest batch it applied.
     largest: AtomicUsize,
@@ -74,12 +76,19 @@ impl Transport for Arc<Fake> {
                 results.push(Ok(request * 2));
             }
             results.truncate(results.len().saturating_sub(fake.short_by));
+            if fake.swap && results.len() >= 2 {
+                results.swap(0, 1);
+            }
             Ok(results)
         })
     }
 
     fn size(_: &u64, _: &str) -> usize {
         10
+    }
+
+    fn answers(request: &u64, reply: &u64) -> bool {
+        *reply == request * 2
     }
 }
 
@@ -344,4 +353,32 @@ async fn a_batch_refused_as_a_whole_never_reads_as_a_business_refusal() {
         failed.iter().all(|s| s.code() == Code::Unknown),
         "the batch's INVALID_ARGUMENT is no call's refusal: {failed:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_for_another_call_is_never_taken_for_this_calls() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        swap: true,
+        ..Fake::default()
+    });
+    let results = call_all(&batcher(&fake), 40).await;
+    let mismatched = results
+        .iter()
+        .filter(|r| matches!(r, Err(s) if s.code() == Code::Unknown))
+        .count();
+    assert_eq!(
+        mismatched,
+        2 * fake.manys.load(Ordering::SeqCst),
+        "two per batch"
+    );
+    for (i, result) in results.iter().enumerate() {
+        if let Ok(reply) = result {
+            assert_eq!(
+                *reply,
+                i as u64 * 2,
+                "call {i} got its own reply or an error"
+            );
+        }
+    }
 }
