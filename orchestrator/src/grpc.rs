@@ -50,12 +50,7 @@ impl OrderApi {
 
 /// Reads the client's deadline (the `grpc-timeout` header).
 pub fn client_timeout(metadata: &MetadataMap) -> Option<Duration> {
-    service_kit::deadline::parse(
-        metadata
-            .get(service_kit::deadline::GRPC_TIMEOUT)?
-            .to_str()
-            .ok()?,
-    )
+    service_kit::deadline::of(metadata.as_ref())
 }
 
 #[tonic::async_trait]

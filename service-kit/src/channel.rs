@@ -132,7 +132,7 @@ impl tower_service::Service<http::Request<Body>> for GrpcChannel {
         let shared = self.shared.clone();
         Box::pin(async move {
             let (mut head, body) = request.into_parts();
-            let deadline = grpc_timeout(&head.headers).map(|timeout| Deadline {
+            let deadline = crate::deadline::of(&head.headers).map(|timeout| Deadline {
                 sleep: Box::pin(tokio::time::sleep(timeout)),
                 timeout,
             });
@@ -263,26 +263,22 @@ impl Shared {
     /// until the keep-alive ping notices, up to 40 s later.
     async fn exchange(
         self: Arc<Self>,
-        request: http::Request<Body>,
+        mut request: http::Request<Body>,
         mut deadline: Option<Deadline>,
     ) -> Result<http::Response<ResponseBody>, BoxError> {
-        let mut request = Some(request);
         let mut resent = false;
         loop {
-            let Some(unsent) = request.take() else {
-                return Err("the request was lost before it was sent".into());
-            };
             let mut open = self.sender().await?;
             let sent = match &mut deadline {
                 Some(d) => tokio::select! {
                     biased;
-                    sent = send_once(&mut open, unsent) => sent,
+                    sent = send_once(&mut open, request) => sent,
                     () = d.sleep.as_mut() => {
                         self.forget(open.id);
                         return Err(d.exceeded());
                     }
                 },
-                None => send_once(&mut open, unsent).await,
+                None => send_once(&mut open, request).await,
             };
             match sent {
                 Ok(response) => {
@@ -295,7 +291,7 @@ impl Shared {
                 Err((error, Some(unsent))) if !resent => {
                     tracing::debug!(uri = %self.target.uri, %error, "the connection closed before taking the request: sending it on a new one");
                     self.forget(open.id);
-                    request = Some(unsent);
+                    request = unsent;
                     resent = true;
                 }
                 Err((error, _)) => return Err(error.into()),
@@ -403,22 +399,9 @@ where
     Ok(sender)
 }
 
-/// The call's deadline, from the `grpc-timeout` header.
-fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    crate::deadline::parse(headers.get(crate::deadline::GRPC_TIMEOUT)?.to_str().ok()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_deadline_comes_from_the_grpc_timeout_header() {
-        let mut headers = http::HeaderMap::new();
-        assert_eq!(grpc_timeout(&headers), None);
-        headers.insert(crate::deadline::GRPC_TIMEOUT, "1500m".parse().unwrap());
-        assert_eq!(grpc_timeout(&headers), Some(Duration::from_millis(1500)));
-    }
 
     #[test]
     fn addresses_decide_plaintext_or_tls() {

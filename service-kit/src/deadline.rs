@@ -6,9 +6,16 @@
 //! ([`crate::channel`]).
 
 use std::time::Duration;
+use tonic::codegen::http::HeaderMap;
 
 /// The header's name.
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// The deadline `headers` carry (a request's, or gRPC metadata's
+/// `as_ref()`); `None` without a valid `grpc-timeout`.
+pub fn of(headers: &HeaderMap) -> Option<Duration> {
+    parse(headers.get(GRPC_TIMEOUT)?.to_str().ok()?)
+}
 
 /// The duration a `grpc-timeout` value says (`None`: not one).
 pub fn parse(value: &str) -> Option<Duration> {
@@ -41,5 +48,13 @@ mod tests {
         for bad in ["5x", "S", "", "-1S", "1.5S", "mS"] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_deadline_comes_from_the_grpc_timeout_header() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(of(&headers), None);
+        headers.insert(GRPC_TIMEOUT, "1500m".parse().unwrap());
+        assert_eq!(of(&headers), Some(Duration::from_millis(1500)));
     }
 }
