@@ -46,7 +46,7 @@
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
 //! ratio is the mean batch size; calls sent on their own are not counted).
 
-use super::classify::{FailureClass, classify};
+use super::classify::{FailureClass, classify, over_size_limit};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -69,9 +69,6 @@ pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 pub const MIN_BATCH_BYTES: usize = service_kit::server::MIN_MAX_REQUEST_BYTES;
 /// The shortest deadline a batch is sent with.
 const MIN_BATCH_DEADLINE: Duration = Duration::from_millis(100);
-/// How tonic (and the participants' servers) word a message over the
-/// receiver's limit.
-const OVERSIZE: &str = "decoded message length too large";
 
 /// A boxed future, as the transport below returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -168,7 +165,7 @@ impl<T: Transport> Drop for InFlight<T> {
         let next = {
             let mut state = self.shared.state();
             state.in_flight -= 1;
-            self.shared.next_batch(&mut state)
+            state.next_batch()
         };
         let Some(batch) = next else { return };
         match tokio::runtime::Handle::try_current() {
@@ -247,10 +244,7 @@ impl<T: Transport> Batcher<T> {
             }
             // Still queued: the RPCs in flight are slow. Send the queue
             // now, from this task, past the in-flight limit.
-            let batch = {
-                let mut state = self.shared.state();
-                self.shared.take_batch(&mut state)
-            };
+            let batch = self.shared.state().take_batch();
             if let Some(batch) = batch {
                 send_guarded(self.shared.clone(), batch).await;
             }
@@ -264,8 +258,9 @@ impl<T: Transport> Batcher<T> {
         }
     }
 
-    /// Calls queued right now (for tests).
-    pub fn queued(&self) -> usize {
+    /// Calls queued right now.
+    #[cfg(test)]
+    fn queued(&self) -> usize {
         self.shared.state().queue.len()
     }
 }
@@ -285,36 +280,38 @@ impl<T: Transport> Shared<T> {
         // panic, so a poisoned lock still holds a consistent state.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
+impl<T: Transport> State<T> {
     /// The next batch, if the queue holds one and fewer than
     /// [`MAX_IN_FLIGHT`] RPCs are in flight.
-    fn next_batch(&self, state: &mut State<T>) -> Option<Vec<Queued<T>>> {
-        if state.in_flight >= MAX_IN_FLIGHT {
+    fn next_batch(&mut self) -> Option<Vec<Queued<T>>> {
+        if self.in_flight >= MAX_IN_FLIGHT {
             return None;
         }
-        self.take_batch(state)
+        self.take_batch()
     }
 
     /// Takes a batch off the queue (as many calls as fit, one at least),
     /// counting its RPC in flight; calls whose callers gave up are dropped.
-    fn take_batch(&self, state: &mut State<T>) -> Option<Vec<Queued<T>>> {
-        state.queue.retain(|q| !q.reply.is_closed());
-        if state.queue.is_empty() {
+    fn take_batch(&mut self) -> Option<Vec<Queued<T>>> {
+        self.queue.retain(|q| !q.reply.is_closed());
+        if self.queue.is_empty() {
             return None;
         }
-        state.in_flight += 1;
+        self.in_flight += 1;
         let mut bytes = 0;
-        let take = state
+        let take = self
             .queue
             .iter()
             .take(MAX_BATCH)
             .take_while(|q| {
                 bytes += q.bytes;
-                bytes <= state.max_bytes
+                bytes <= self.max_bytes
             })
             .count()
             .max(1);
-        Some(state.queue.drain(..take).collect())
+        Some(self.queue.drain(..take).collect())
     }
 }
 
@@ -413,7 +410,7 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
 fn refused_before_running(status: &Status) -> bool {
     match status.code() {
         Code::Unimplemented => true,
-        Code::ResourceExhausted | Code::OutOfRange => status.message().contains(OVERSIZE),
+        Code::ResourceExhausted | Code::OutOfRange => over_size_limit(status),
         _ => false,
     }
 }

@@ -19,14 +19,20 @@ pub enum FailureClass {
     Transient,
 }
 
-/// How tonic words a reply over the client's decoding limit (4 MiB): an
-/// OUT_OF_RANGE made here, after the participant answered, so the call may
-/// well have been applied.
-const REPLY_TOO_LARGE: &str = "decoded message length too large";
+/// How tonic words a message over the receiver's limit: a request over a
+/// participant's (RESOURCE_EXHAUSTED from its server), or a reply over the
+/// client's 4 MiB (an OUT_OF_RANGE made here, after the participant
+/// answered, so the call may well have been applied).
+const OVERSIZE: &str = "decoded message length too large";
+
+/// Whether `status` says a message was over the receiver's size limit.
+pub fn over_size_limit(status: &Status) -> bool {
+    status.message().contains(OVERSIZE)
+}
 
 /// Classifies a gRPC status returned by a participant.
 pub fn classify(status: &Status) -> FailureClass {
-    if status.code() == Code::OutOfRange && status.message().contains(REPLY_TOO_LARGE) {
+    if status.code() == Code::OutOfRange && over_size_limit(status) {
         // Not the participant's refusal: its reply could not be read. A
         // refused step is not compensated, so this must be retried.
         return FailureClass::Transient;
