@@ -153,21 +153,20 @@ impl Kit {
     /// the trace of its own `traceparent` — exactly as if it had come on
     /// its own.
     pub fn batched_call(&self, rpc: &'static str, kind: CallKind, traceparent: &str) -> Call<'_> {
-        Call {
-            kit: self,
-            rpc,
-            kind,
-            trace_id: service_kit::trace::trace_id_of(traceparent).unwrap_or_default(),
-            _timer: CallTimer::start(rpc),
-        }
+        self.started(rpc, kind, service_kit::trace::trace_id_of(traceparent))
     }
 
     fn start<T>(&self, rpc: &'static str, kind: CallKind, request: &Request<T>) -> Call<'_> {
+        self.started(rpc, kind, service_kit::trace::trace_id(request.metadata()))
+    }
+
+    /// A call timed from now, in the trace `trace_id` (none: empty).
+    fn started(&self, rpc: &'static str, kind: CallKind, trace_id: Option<String>) -> Call<'_> {
         Call {
             kit: self,
             rpc,
             kind,
-            trace_id: service_kit::trace::trace_id(request.metadata()).unwrap_or_default(),
+            trace_id: trace_id.unwrap_or_default(),
             _timer: CallTimer::start(rpc),
         }
     }
