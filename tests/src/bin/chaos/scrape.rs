@@ -43,18 +43,18 @@ impl OrchestratorCounters {
     /// Reads the counters out of a text exposition (absent ones are 0: a
     /// counter appears once first incremented), summed over their labels.
     pub fn parse(text: &str) -> OrchestratorCounters {
+        // Line by line, so that a line the parser refuses is skipped, not
+        // the whole scrape.
+        let samples: Vec<_> = text
+            .lines()
+            .filter_map(|line| saga_tests::prometheus::parse_exposition(line).ok())
+            .flatten()
+            .collect();
         let value = |name: &str| -> u64 {
-            text.lines()
-                .filter_map(|l| {
-                    let rest = l.strip_prefix(name)?;
-                    let rest = match rest.strip_prefix('{') {
-                        Some(labelled) => labelled.split_once('}')?.1,
-                        None => rest,
-                    };
-                    rest.strip_prefix(' ')
-                })
-                .filter_map(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-                .map(|v| v as u64)
+            samples
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| s.value as u64)
                 .sum()
         };
         OrchestratorCounters {
