@@ -10,7 +10,7 @@
 
 use crate::counter::{Add, Counter, Take};
 use crate::{Admission, Failure, HistoryTx, OperationRecord, ParticipantError, RecordStatus};
-use embedded_store::EmbeddedDb;
+use embedded_store::{EmbeddedDb, control};
 use futures::future::LocalBoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -51,32 +51,38 @@ where
     db.write(move |conn| {
         let mut admission = admission;
         loop {
-            conn.execute_batch("SAVEPOINT rule")?;
+            control(conn, "SAVEPOINT rule")?;
             let applied =
                 SqliteHistory::run(apply(&mut SqliteHistory::new(conn), &input, &admission));
             match applied {
                 Ok(reply) => {
-                    conn.execute_batch("RELEASE rule")?;
+                    control(conn, "RELEASE rule")?;
                     return Ok(reply);
                 }
                 Err(Failure::Taken) => {
-                    conn.execute_batch("ROLLBACK TO rule; RELEASE rule")?;
+                    rollback_rule(conn)?;
                     let replayed =
                         SqliteHistory::run(replay(&mut SqliteHistory::new(conn), &input));
                     return replayed.map_err(Failure::into_participant_error);
                 }
                 Err(Failure::RollBack) if admission == Admission::Apply => {
-                    conn.execute_batch("ROLLBACK TO rule; RELEASE rule")?;
+                    rollback_rule(conn)?;
                     admission = Admission::Verify;
                 }
                 Err(other) => {
-                    conn.execute_batch("ROLLBACK TO rule; RELEASE rule")?;
+                    rollback_rule(conn)?;
                     return Err(other.into_participant_error());
                 }
             }
         }
     })
     .await
+}
+
+/// Undoes what the rule did and closes its savepoint.
+fn rollback_rule(conn: &Connection) -> Result<(), rusqlite::Error> {
+    control(conn, "ROLLBACK TO rule")?;
+    control(conn, "RELEASE rule")
 }
 
 /// Schema of the operationHistory; each participant runs it at start-up.

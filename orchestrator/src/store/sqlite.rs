@@ -281,7 +281,7 @@ impl SagaStore for SqliteSagaStore {
             (saga.created_at_ms, saga.updated_at_ms, to_i64(saga.version));
         let finished = saga.expires_from_ms();
         self.db
-            .write(move |conn| {
+            .write_statement(move |conn| {
                 let inserted = conn
                     .prepare_cached(
                         "INSERT INTO sagas (saga_id, request_id, status, version, created_at_ms, updated_at_ms,
@@ -331,7 +331,7 @@ impl SagaStore for SqliteSagaStore {
         let finished = saga.expires_from_ms();
         let needs_attention = saga.attention.is_some();
         self.db
-            .write(move |conn| {
+            .write_statement(move |conn| {
                 let changed = conn
                     .prepare_cached(
                         "UPDATE sagas SET status = ?2, version = ?3, updated_at_ms = ?4, doc = ?5,
