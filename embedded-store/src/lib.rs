@@ -27,8 +27,9 @@
 //! tried first: under load it blocked tokio workers and broke batches up,
 //! and throughput fell; "no other write in progress" alone still cost 12%
 //! at concurrency 64, where writes arrive every ~120 µs, hence the quiet
-//! period). The durability is the same either way: the caller
-//! gets its answer after `COMMIT` returned.
+//! period). Work that starts many writes at once ([`grouped`]: a
+//! participant's batch of calls) never commits inline. The durability is
+//! the same either way: the caller gets its answer after `COMMIT` returned.
 //!
 //! Reads run on a small pool of read-only connections, which WAL lets proceed
 //! concurrently with the writer.
@@ -291,7 +292,7 @@ impl EmbeddedDb {
         E: From<DbError> + Send + 'static,
     {
         let (_active, alone) = Active::enter(&self.writer.active);
-        if alone && self.writer.quiet() {
+        if alone && self.writer.quiet() && GROUPED.try_with(|_| ()).is_err() {
             match self.writer.conn.try_lock() {
                 Ok(conn) => {
                     let result = commit_inline(&conn, f);
@@ -437,6 +438,20 @@ impl EmbeddedDb {
         })
         .await
     }
+}
+
+tokio::task_local! {
+    /// Set while a task runs [`grouped`]: its writes never commit inline.
+    static GROUPED: ();
+}
+
+/// Runs `work` with every write it makes joining the writer thread's group
+/// commit, never committing inline: for work that starts many writes at
+/// once (a participant's batch of calls), where the first finding the
+/// database quiet would commit alone on the calling task while the others
+/// wait behind it, and split the batch over more commits.
+pub async fn grouped<F: std::future::Future>(work: F) -> F::Output {
+    GROUPED.scope((), work).await
 }
 
 /// A unit of work for the writer thread, type-erased so one queue carries
@@ -864,6 +879,30 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(rows(&db).await, ["after"]);
+    }
+
+    #[tokio::test]
+    async fn grouped_writes_never_commit_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = EmbeddedDb::open(&dir.path().join("t.db"), SCHEMA, Durability::Process).unwrap();
+        let insert = |db: EmbeddedDb, k: &'static str| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            db.write_statement(move |c| -> Result<_, DbError> {
+                Ok(c.execute("INSERT INTO t (k, v) VALUES (?1, 0)", [k])?)
+            })
+            .await
+            .unwrap();
+        };
+        // Quiet and alone, each of these would commit inline on its own.
+        grouped(async {
+            insert(db.clone(), "a").await;
+            insert(db.clone(), "b").await;
+        })
+        .await;
+        assert_eq!(db.writer.inline_commits.load(Ordering::Relaxed), 0);
+        insert(db.clone(), "c").await;
+        assert_eq!(db.writer.inline_commits.load(Ordering::Relaxed), 1);
+        assert_eq!(rows(&db).await, ["a", "b", "c"]);
     }
 
     async fn fill(db: &EmbeddedDb, from: usize, n: usize) {
