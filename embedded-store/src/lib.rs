@@ -126,6 +126,8 @@ struct Writer {
     epoch: std::time::Instant,
     /// Writes committed inline so far (for tests and diagnostics).
     inline_commits: AtomicU64,
+    /// The file's stem, the `db` label of the commit counters.
+    db: String,
 }
 
 /// How long the database must have been without writes for one to commit
@@ -147,6 +149,17 @@ impl Writer {
     /// Notes that a write (or a batch) ended now.
     fn ended(&self) {
         self.last_end_us.store(self.now_us(), Ordering::Release);
+    }
+
+    /// Counts one commit of `writes` writes (`mode`: "inline" or "group"):
+    /// `embedded_store_commits_total{db,mode}` and
+    /// `embedded_store_committed_writes_total{db,mode}`, whose ratio is the
+    /// mean group-commit size — how well writes are being batched.
+    fn count_commit(&self, mode: &'static str, writes: usize) {
+        let labels = [("db", self.db.clone()), ("mode", mode.to_owned())];
+        metrics::counter!("embedded_store_commits_total", &labels).increment(1);
+        metrics::counter!("embedded_store_committed_writes_total", &labels)
+            .increment(u64::try_from(writes).unwrap_or(u64::MAX));
     }
 
     /// Whether no write ended within the quiet period.
@@ -223,12 +236,15 @@ impl EmbeddedDb {
         }
 
         let (jobs, queue) = mpsc::unbounded_channel();
-        let name = format!(
-            "sqlite-writer-{}",
-            path.file_stem().and_then(|s| s.to_str()).unwrap_or("db")
-        );
+        let db = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("db")
+            .to_owned();
+        let name = format!("sqlite-writer-{db}");
         let writer = Arc::new(Writer {
             conn: Mutex::new(writer),
+            db,
             active: AtomicUsize::new(0),
             last_end_us: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
@@ -298,6 +314,9 @@ impl EmbeddedDb {
                     let result = commit_inline(&conn, f);
                     self.writer.ended();
                     self.writer.inline_commits.fetch_add(1, Ordering::Relaxed);
+                    if result.is_ok() {
+                        self.writer.count_commit("inline", 1);
+                    }
                     return result;
                 }
                 Err(TryLockError::Poisoned(_)) => return Err(E::from(DbError::WriterGone)),
@@ -613,6 +632,9 @@ fn run_writer(writer: &Writer, mut queue: mpsc::UnboundedReceiver<Box<dyn Job>>)
             }
         }
         let commit = run_batch(&conn, &mut batch);
+        if commit.is_ok() {
+            writer.count_commit("group", batch.len());
+        }
         if let Err(error) = &commit {
             tracing::error!(%error, jobs = batch.len(), "group commit failed; every job in it is reported failed");
             let _ = conn.execute_batch("ROLLBACK");

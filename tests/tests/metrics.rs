@@ -120,6 +120,19 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
     }
     assert!(m.value("saga_oldest_finished_age_seconds", &[]).is_some());
 
+    // The embedded stores' commits, inline or grouped, and the writes in
+    // them: every database committed something, and a commit holds at
+    // least one write.
+    for db in ["orchestrator", "payment", "inventory"] {
+        let commits = m.sum("embedded_store_commits_total", &[("db", db)]);
+        let writes = m.sum("embedded_store_committed_writes_total", &[("db", db)]);
+        assert!(commits >= 1.0, "{db}: no commit counted:\n{}", m.text);
+        assert!(
+            writes >= commits,
+            "{db}: {writes} writes in {commits} commits"
+        );
+    }
+
     // Orchestrator.
     assert_eq!(m.expect("sagas_started_total", &[]), 3.0);
     assert_eq!(
