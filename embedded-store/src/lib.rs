@@ -126,8 +126,9 @@ struct Writer {
     epoch: std::time::Instant,
     /// Writes committed inline so far (for tests and diagnostics).
     inline_commits: AtomicU64,
-    /// The file's stem, the `db` label of the commit counters.
-    db: String,
+    /// The file's stem, the `db` label of the commit counters (shared:
+    /// labelling a commit allocates no string).
+    db: metrics::SharedString,
 }
 
 /// How long the database must have been without writes for one to commit
@@ -156,7 +157,10 @@ impl Writer {
     /// `embedded_store_committed_writes_total{db,mode}`, whose ratio is the
     /// mean group-commit size — how well writes are being batched.
     fn count_commit(&self, mode: &'static str, writes: usize) {
-        let labels = [("db", self.db.clone()), ("mode", mode.to_owned())];
+        let labels = [
+            ("db", self.db.clone()),
+            ("mode", metrics::SharedString::const_str(mode)),
+        ];
         metrics::counter!("embedded_store_commits_total", &labels).increment(1);
         metrics::counter!("embedded_store_committed_writes_total", &labels)
             .increment(u64::try_from(writes).unwrap_or(u64::MAX));
@@ -236,12 +240,9 @@ impl EmbeddedDb {
         }
 
         let (jobs, queue) = mpsc::unbounded_channel();
-        let db = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("db")
-            .to_owned();
+        let db = path.file_stem().and_then(|s| s.to_str()).unwrap_or("db");
         let name = format!("sqlite-writer-{db}");
+        let db = metrics::SharedString::from_shared(Arc::from(db));
         let writer = Arc::new(Writer {
             conn: Mutex::new(writer),
             db,
@@ -632,12 +633,12 @@ fn run_writer(writer: &Writer, mut queue: mpsc::UnboundedReceiver<Box<dyn Job>>)
             }
         }
         let commit = run_batch(&conn, &mut batch);
-        if commit.is_ok() {
-            writer.count_commit("group", batch.len());
-        }
-        if let Err(error) = &commit {
-            tracing::error!(%error, jobs = batch.len(), "group commit failed; every job in it is reported failed");
-            let _ = conn.execute_batch("ROLLBACK");
+        match &commit {
+            Ok(()) => writer.count_commit("group", batch.len()),
+            Err(error) => {
+                tracing::error!(%error, jobs = batch.len(), "group commit failed; every job in it is reported failed");
+                let _ = conn.execute_batch("ROLLBACK");
+            }
         }
         drop(conn);
         writer.ended();
