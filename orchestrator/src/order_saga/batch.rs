@@ -40,7 +40,11 @@
 //!   or "decoded message length too large" (over its request limit) — gets
 //!   that batch's calls again on their own at once, and from then on single
 //!   calls only, or batches of half that size (never under 1 KiB, the
-//!   smallest limit a participant accepts).
+//!   smallest limit a participant accepts). Not forever: a participant is
+//!   upgraded or restarted with a larger limit while the orchestrator runs,
+//!   so [`RETRY_BATCHES_AFTER`] after the last refusal batches are tried
+//!   again, or the budget doubles (up to [`MAX_BATCH_BYTES`]); a refused
+//!   try costs one batch resent on its own, once per period.
 //!
 //! Counted: `saga_participant_batches_total{step}` batch RPCs sent and
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
@@ -67,6 +71,10 @@ pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 /// The smallest byte budget: the smallest request limit a participant
 /// accepts (`service_kit::server::MIN_MAX_REQUEST_BYTES`).
 pub const MIN_BATCH_BYTES: usize = service_kit::server::MIN_MAX_REQUEST_BYTES;
+/// How long after a participant's last refusal of a batch the batcher
+/// tries batches again (after UNIMPLEMENTED) or doubles its byte budget
+/// (after a batch over the request limit).
+pub const RETRY_BATCHES_AFTER: Duration = Duration::from_secs(60);
 /// The shortest deadline a batch is sent with.
 const MIN_BATCH_DEADLINE: Duration = Duration::from_millis(100);
 
@@ -143,6 +151,9 @@ struct State<T: Transport> {
     /// Most bytes of calls per batch: [`MAX_BATCH_BYTES`], halved each
     /// time the participant refuses a batch as too large.
     max_bytes: usize,
+    /// When the participant last refused a batch, while `no_batches` or a
+    /// smaller `max_bytes` still follows from it.
+    refused_at: Option<Instant>,
 }
 
 struct Queued<T: Transport> {
@@ -199,6 +210,7 @@ impl<T: Transport> Batcher<T> {
                     in_flight: 0,
                     no_batches: false,
                     max_bytes: MAX_BATCH_BYTES,
+                    refused_at: None,
                 }),
             }),
         }
@@ -299,6 +311,7 @@ impl<T: Transport> State<T> {
         if self.queue.is_empty() {
             return None;
         }
+        self.retry_after_refusal();
         self.in_flight += 1;
         let mut bytes = 0;
         let take = self
@@ -312,6 +325,36 @@ impl<T: Transport> State<T> {
             .count()
             .max(1);
         Some(self.queue.drain(..take).collect())
+    }
+
+    /// Notes a refusal: single calls only (`unimplemented`), or a budget
+    /// half of the refused batch's `bytes`.
+    fn refused(&mut self, unimplemented: bool, bytes: usize) {
+        if unimplemented {
+            self.no_batches = true;
+        } else {
+            self.max_bytes = self.max_bytes.min(bytes / 2).max(MIN_BATCH_BYTES);
+        }
+        self.refused_at = Some(Instant::now());
+    }
+
+    /// [`RETRY_BATCHES_AFTER`] past the last refusal: batches again, and a
+    /// budget twice as large; once it is back at [`MAX_BATCH_BYTES`] the
+    /// refusal is forgotten, else it doubles again a period later.
+    fn retry_after_refusal(&mut self) {
+        let Some(refused_at) = self.refused_at else {
+            return;
+        };
+        if refused_at.elapsed() < RETRY_BATCHES_AFTER {
+            return;
+        }
+        self.no_batches = false;
+        self.max_bytes = self.max_bytes.saturating_mul(2).min(MAX_BATCH_BYTES);
+        self.refused_at = (self.max_bytes < MAX_BATCH_BYTES).then(Instant::now);
+        tracing::info!(
+            max_bytes = self.max_bytes,
+            "trying batches again since the participant's last refusal"
+        );
     }
 }
 
@@ -371,21 +414,21 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         }
         Err(status) if refused_before_running(&status) => {
             {
+                let unimplemented = status.code() == Code::Unimplemented;
+                let bytes: usize = batch.iter().map(|q| q.bytes).sum();
                 let mut state = shared.state();
-                if status.code() == Code::Unimplemented {
-                    state.no_batches = true;
+                state.refused(unimplemented, bytes);
+                if unimplemented {
                     tracing::info!(
                         error = status.message(),
-                        "the participant has no batch RPC: single calls from now on"
+                        "the participant has no batch RPC: single calls for a while"
                     );
                 } else {
-                    let bytes: usize = batch.iter().map(|q| q.bytes).sum();
-                    state.max_bytes = state.max_bytes.min(bytes / 2).max(MIN_BATCH_BYTES);
                     tracing::info!(
                         error = status.message(),
                         bytes,
                         max_bytes = state.max_bytes,
-                        "a batch over the participant's request limit: smaller batches from now on"
+                        "a batch over the participant's request limit: smaller batches for a while"
                     );
                 }
             }

@@ -2,14 +2,14 @@
 //! concurrency, counted RPCs.
 
 use super::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Replies `request * 2` after `delay`; counts its RPCs and every request
 /// it delivered. `fail_many` makes every batch RPC fail with that code;
 /// `short_by` drops that many results from each batch's answer; `swap`
 /// answers each batch's first two calls with each other's replies; a batch of
-/// more than `limit` calls is refused RESOURCE_EXHAUSTED. Each call is 10
-/// bytes.
+/// more than `limit` calls is refused RESOURCE_EXHAUSTED; `upgraded` (set
+/// while it runs) turns `fail_many` and `limit` off. Each call is 10 bytes.
 #[derive(Default)]
 struct Fake {
     delay: Duration,
@@ -17,6 +17,7 @@ struct Fake {
     short_by: usize,
     swap: bool,
     limit: Option<usize>,
+    upgraded: AtomicBool,
     /// The largest batch it applied.
     largest: AtomicUsize,
     ones: AtomicUsize,
@@ -56,10 +57,14 @@ impl Transport for Arc<Fake> {
                 "{deadline:?}"
             );
             tokio::time::sleep(fake.delay).await;
-            if let Some(code) = fake.fail_many {
+            let upgraded = fake.upgraded.load(Ordering::SeqCst);
+            if let Some(code) = fake.fail_many.filter(|_| !upgraded) {
                 return Err(Status::new(code, "batch failed"));
             }
-            if fake.limit.is_some_and(|limit| calls.len() > limit) {
+            if fake
+                .limit
+                .is_some_and(|limit| calls.len() > limit && !upgraded)
+            {
                 return Err(Status::resource_exhausted(
                     "Error, decoded message length too large: found 4000 bytes, the limit is: 1024 bytes",
                 ));
@@ -173,7 +178,7 @@ async fn a_failed_batch_fails_each_of_its_calls_with_its_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_participant_without_batches_gets_single_calls_from_then_on() {
+async fn a_participant_without_batches_gets_single_calls_for_a_while() {
     let fake = Arc::new(Fake {
         delay: Duration::from_millis(20),
         fail_many: Some(Code::Unimplemented),
@@ -227,6 +232,97 @@ async fn batches_over_the_participants_limit_are_resent_alone_and_shrink() {
         "every call once per round, none lost or doubled"
     );
     assert!(fake.largest.load(Ordering::SeqCst) <= 3);
+}
+
+/// Paused time: the fake's delays pass as soon as every task waits, and
+/// `advance` moves the clock past [`RETRY_BATCHES_AFTER`].
+#[tokio::test(start_paused = true)]
+async fn a_participant_upgraded_after_refusing_batches_gets_them_a_while_later() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        fail_many: Some(Code::Unimplemented),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    assert!(call_all(&b, 40).await.iter().all(Result::is_ok));
+    let refused = fake.manys.load(Ordering::SeqCst);
+    assert!(refused >= 1, "a batch was tried");
+    fake.upgraded.store(true, Ordering::SeqCst);
+
+    tokio::time::advance(RETRY_BATCHES_AFTER / 2).await;
+    assert!(call_all(&b, 40).await.iter().all(Result::is_ok));
+    assert_eq!(
+        fake.manys.load(Ordering::SeqCst),
+        refused,
+        "single calls only, within the period"
+    );
+    assert_eq!(fake.largest.load(Ordering::SeqCst), 0);
+
+    tokio::time::advance(RETRY_BATCHES_AFTER / 2).await;
+    let results = call_all(&b, 40).await;
+    for (i, result) in results.into_iter().enumerate() {
+        assert_eq!(result.unwrap(), i as u64 * 2, "call {i}");
+    }
+    assert!(
+        fake.manys.load(Ordering::SeqCst) > refused,
+        "batches again after the period"
+    );
+    assert!(
+        fake.largest.load(Ordering::SeqCst) > 1,
+        "a batch was applied"
+    );
+    let mut delivered = fake.delivered.lock().unwrap().clone();
+    delivered.sort_unstable();
+    let expected: Vec<u64> = (0..40).flat_map(|i| [i, i, i]).collect();
+    assert_eq!(delivered, expected, "every call once per round");
+}
+
+/// A queued call of `bytes` whose caller waits (its receiver is kept).
+fn queued(bytes: usize) -> (Queued<Arc<Fake>>, oneshot::Receiver<Result<u64, Status>>) {
+    let (reply, waiting) = oneshot::channel();
+    let call = Queued {
+        request: 1,
+        traceparent: "tp-1".into(),
+        bytes,
+        queued_at: Instant::now(),
+        reply,
+    };
+    (call, waiting)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_shrunk_by_a_refusal_doubles_back_one_period_at_a_time() {
+    let mut state = State::<Arc<Fake>> {
+        queue: Vec::new(),
+        in_flight: 0,
+        no_batches: false,
+        max_bytes: MAX_BATCH_BYTES,
+        refused_at: None,
+    };
+    state.refused(false, 4 * 1024);
+    assert_eq!(state.max_bytes, 2 * 1024, "half the refused batch");
+    let mut receivers = Vec::new();
+    let mut batch_of = |state: &mut State<Arc<Fake>>| {
+        for _ in 0..100 {
+            let (call, waiting) = queued(1000);
+            state.queue.push(call);
+            receivers.push(waiting);
+        }
+        let batch = state.take_batch().expect("a batch");
+        state.in_flight -= 1;
+        state.queue.clear();
+        batch.len()
+    };
+    assert_eq!(batch_of(&mut state), 2, "within the period");
+    let mut sizes = Vec::new();
+    while state.max_bytes < MAX_BATCH_BYTES {
+        tokio::time::advance(RETRY_BATCHES_AFTER).await;
+        sizes.push(batch_of(&mut state));
+    }
+    assert_eq!(sizes, [4, 8, 16, 32, 65], "doubled once per period");
+    assert_eq!(state.refused_at, None, "back at the full budget: forgotten");
+    tokio::time::advance(RETRY_BATCHES_AFTER).await;
+    assert_eq!(batch_of(&mut state), 65, "and it stays there");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
