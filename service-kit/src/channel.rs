@@ -359,11 +359,12 @@ impl Shared {
         }
     }
 
-    /// TCP (`TCP_NODELAY`), TLS when configured, the HTTP/2 handshake; the
+    /// TCP (every address of the name, [`crate::dial`]; `TCP_NODELAY`), TLS
+    /// when configured, the HTTP/2 handshake; the
     /// connection is driven by a task of its own until it closes.
     async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
         let target = &self.target;
-        let tcp = tokio::net::TcpStream::connect((target.host(), target.port())).await?;
+        let tcp = crate::dial::connect(target.host(), target.port()).await?;
         tcp.set_nodelay(true)?;
         match &target.tls {
             Some(tls) => {

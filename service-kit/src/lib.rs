@@ -4,6 +4,8 @@
 //!   checked by the admin RPCs and attached by their clients.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
 //!   participants through (one HTTP/2 connection, no buffer task).
+//! - [`dial`]: TCP to a name's addresses, the next one tried when the one
+//!   before neither connects nor fails within 250 ms (Happy Eyeballs).
 //! - [`deadline`]: the `grpc-timeout` header, read by servers and by the
 //!   client channel.
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
@@ -31,6 +33,7 @@
 pub mod auth;
 pub mod channel;
 pub mod deadline;
+pub mod dial;
 pub mod fingerprint;
 pub mod metrics;
 pub mod retention;
