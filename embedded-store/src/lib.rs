@@ -219,8 +219,9 @@ impl EmbeddedDb {
         };
         writer.pragma_update(None, "synchronous", synchronous)?;
         writer.pragma_update(None, "busy_timeout", 5000)?;
-        // The checkpointer thread keeps the WAL short; the writer checkpoints
-        // itself only if that thread falls this far behind. Enough page cache
+        // The checkpointer thread copies the WAL into the database file; the
+        // writer checkpoints itself (and so restarts the WAL) only past
+        // this many pages (see WRITER_CHECKPOINT_PAGES). Enough page cache
         // that hot index pages stay in memory.
         writer.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         writer.pragma_update(None, "cache_size", -8_000)?;
@@ -573,9 +574,24 @@ where
 /// How often the checkpointer copies the WAL's committed pages into the
 /// database file.
 const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(25);
-/// WAL pages past which the writer checkpoints itself (the checkpointer
-/// keeps far below it).
-const WRITER_CHECKPOINT_PAGES: i64 = 16_000;
+/// WAL pages past which the writer checkpoints itself, which is what
+/// restarts the WAL under sustained load.
+///
+/// Why so many (up to 256 MiB of WAL at 4 KiB pages): SQLite restarts the
+/// WAL from its start only when a write transaction begins with every
+/// frame already copied, which the checkpointer never achieves while the
+/// writer commits every millisecond or so; so the writer's own checkpoint
+/// at this threshold does it, copying the little the checkpointer has not
+/// and syncing the WAL and the database file before the next commit. Those
+/// two syncs stall every write of the database for 10–45 ms on the test
+/// machine, whatever the threshold — at 16,000 pages that was every ~0.7 s
+/// at concurrency 64 in the orchestrator, and the slowest sagas were the
+/// ones caught behind it. At 64,000 the stall comes four times less often:
+/// in 30 s runs at concurrency 64, p99 −20% and +8% sagas/s (BENCHMARKS.md,
+/// session 11). At low load the
+/// checkpointer copies everything between commits and the WAL restarts
+/// long before this, without a stall.
+const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
 
 /// Starts the thread that checkpoints the WAL (`PRAGMA
 /// wal_checkpoint(PASSIVE)`, which never blocks a writer or a reader) every
