@@ -577,7 +577,7 @@ const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_milli
 /// WAL pages past which the writer checkpoints itself, which is what
 /// restarts the WAL under sustained load.
 ///
-/// Why so many (up to 256 MiB of WAL at 4 KiB pages): SQLite restarts the
+/// Why so many (about 250 MiB of WAL at 4 KiB pages): SQLite restarts the
 /// WAL from its start only when a write transaction begins with every
 /// frame already copied, which the checkpointer never achieves while the
 /// writer commits every millisecond or so; so the writer's own checkpoint
