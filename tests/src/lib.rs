@@ -495,7 +495,7 @@ impl Stack {
     pub async fn start() -> Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage = Storage::from(dir.path());
-        Self::start_on(dir, storage, true).await
+        Self::start_on(dir, storage, Some(fast_retry())).await
     }
 
     /// Both participants on embedded stores in a fresh temp dir, and no
@@ -504,14 +504,20 @@ impl Stack {
     pub async fn without_orchestrator() -> Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage = Storage::from(dir.path());
-        Self::start_on(dir, storage, false).await
+        Self::start_on(dir, storage, None).await
     }
 
     /// All three services on fresh MongoDB databases of the test target;
     /// `None` when no MongoDB is available (and not required).
     pub async fn start_mongo() -> Option<Stack> {
+        Self::start_mongo_retrying(fast_retry()).await
+    }
+
+    /// [`Stack::start_mongo`] with its orchestrator retrying as `retry`.
+    pub async fn start_mongo_retrying(retry: RetryPolicy) -> Option<Stack> {
         let storage = Storage::fresh_mongo()?;
-        Some(Self::start_on(tempfile::tempdir().expect("tempdir"), storage, true).await)
+        let dir = tempfile::tempdir().expect("tempdir");
+        Some(Self::start_on(dir, storage, Some(retry)).await)
     }
 
     /// All three services over `storage`, the orchestrator keeping
@@ -548,22 +554,21 @@ impl Stack {
         }
     }
 
-    async fn start_on(dir: tempfile::TempDir, storage: Storage, orchestrator: bool) -> Stack {
+    /// Both participants over `storage` and, with `retry`, an orchestrator
+    /// retrying as it says.
+    async fn start_on(
+        dir: tempfile::TempDir,
+        storage: Storage,
+        retry: Option<RetryPolicy>,
+    ) -> Stack {
         let payment = start_participant(Service::Payment, storage.clone(), None).await;
         let inventory = start_participant(Service::Inventory, storage.clone(), None).await;
-        let orchestrator = if orchestrator {
-            Some(
-                start_orchestrator(
-                    storage.clone(),
-                    payment.addr,
-                    inventory.addr,
-                    fast_retry(),
-                    None,
-                )
-                .await,
-            )
-        } else {
-            None
+        let orchestrator = match retry {
+            Some(retry) => Some(
+                start_orchestrator(storage.clone(), payment.addr, inventory.addr, retry, None)
+                    .await,
+            ),
+            None => None,
         };
         Stack {
             dir,
