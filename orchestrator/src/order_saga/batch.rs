@@ -205,13 +205,7 @@ impl<T: Transport> Batcher<T> {
                 step,
                 call_timeout,
                 patience: call_timeout + connect_timeout,
-                state: Mutex::new(State {
-                    queue: Vec::new(),
-                    in_flight: 0,
-                    no_batches: false,
-                    max_bytes: MAX_BATCH_BYTES,
-                    refused_at: None,
-                }),
+                state: Mutex::new(State::new()),
             }),
         }
     }
@@ -295,6 +289,17 @@ impl<T: Transport> Shared<T> {
 }
 
 impl<T: Transport> State<T> {
+    /// Nothing queued or in flight; batches of up to [`MAX_BATCH_BYTES`].
+    fn new() -> Self {
+        State {
+            queue: Vec::new(),
+            in_flight: 0,
+            no_batches: false,
+            max_bytes: MAX_BATCH_BYTES,
+            refused_at: None,
+        }
+    }
+
     /// The next batch, if the queue holds one and fewer than
     /// [`MAX_IN_FLIGHT`] RPCs are in flight.
     fn next_batch(&mut self) -> Option<Vec<Queued<T>>> {

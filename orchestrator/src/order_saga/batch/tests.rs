@@ -292,13 +292,7 @@ fn queued(bytes: usize) -> (Queued<Arc<Fake>>, oneshot::Receiver<Result<u64, Sta
 
 #[tokio::test(start_paused = true)]
 async fn a_budget_shrunk_by_a_refusal_doubles_back_one_period_at_a_time() {
-    let mut state = State::<Arc<Fake>> {
-        queue: Vec::new(),
-        in_flight: 0,
-        no_batches: false,
-        max_bytes: MAX_BATCH_BYTES,
-        refused_at: None,
-    };
+    let mut state = State::<Arc<Fake>>::new();
     state.refused(false, 4 * 1024);
     assert_eq!(state.max_bytes, 2 * 1024, "half the refused batch");
     let mut receivers = Vec::new();
