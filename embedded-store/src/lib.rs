@@ -588,9 +588,10 @@ const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_milli
 /// at concurrency 64 in the orchestrator, and the slowest sagas were the
 /// ones caught behind it. At 64,000 the stall comes four times less often:
 /// in 30 s runs at concurrency 64, p99 −20% and +8% sagas/s (BENCHMARKS.md,
-/// session 11). At low load the
-/// checkpointer copies everything between commits and the WAL restarts
-/// long before this, without a stall.
+/// session 11) — though 3 of 8 such runs had one saga of 200–325 ms, not
+/// yet explained (BENCHMARKS.md). At low load the checkpointer copies
+/// everything between commits and the WAL restarts long before this,
+/// without a stall.
 const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
 
 /// Starts the thread that checkpoints the WAL (`PRAGMA

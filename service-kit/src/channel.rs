@@ -360,8 +360,8 @@ impl Shared {
     }
 
     /// TCP (every address of the name, [`crate::dial`]; `TCP_NODELAY`), TLS
-    /// when configured, the HTTP/2 handshake; the
-    /// connection is driven by a task of its own until it closes.
+    /// when configured, the HTTP/2 handshake; the connection is driven by a
+    /// task of its own until it closes.
     async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
         let target = &self.target;
         let tcp = crate::dial::connect(target.host(), target.port()).await?;
