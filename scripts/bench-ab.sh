@@ -5,7 +5,8 @@
 #
 # Each DIR holds release binaries of orchestrator, payment-svc, inventory-svc and loadgen
 # (loadgen starts the three services it finds beside itself), e.g. copies of target/release
-# from two commits. Every round runs concurrency 64 (`-c 64 -d 8`) in the order A B B A and
+# from two commits. Every round runs concurrency 64 (`-c 64 -d 8`; DURATION=30 for tail work:
+# 8 s runs understate the steady-state p99) in the order A B B A and
 # then the idle single saga (`--single -n 2000`) in the order B A A B: on these machines the
 # first run after a pause is systematically faster, so a fixed A B order biases the result
 # by as much as the changes being measured. With NAIVE=<naive-baseline binary> the yardstick
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 a=$(cd "$1" && pwd)
@@ -30,7 +31,7 @@ done
 
 run() { # name dir mode round seq
     local args
-    if [ "$3" = c64 ]; then args=(--concurrency 64 --duration 8); else args=(--single -n 2000); fi
+    if [ "$3" = c64 ]; then args=(--concurrency 64 --duration "${DURATION:-8}"); else args=(--single -n 2000); fi
     "$2/loadgen" "${args[@]}" --no-store-size 2>&1 | grep '^loadgen-json:' \
         > "$out/$1-$3-$4-$5.json" || { echo "bench-ab: loadgen failed ($1 $3)" >&2; exit 1; }
 }

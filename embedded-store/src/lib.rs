@@ -44,10 +44,13 @@
 
 #![warn(missing_docs)]
 
+mod checkpointer;
+
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// How durable a commit is before it is acknowledged. One setting for the
@@ -123,7 +126,7 @@ struct Writer {
     /// [`INLINE_AFTER_QUIET_US`], so under load — writes arriving faster
     /// than that — every write still joins a group commit.
     last_end_us: AtomicU64,
-    epoch: std::time::Instant,
+    epoch: Instant,
     /// Writes committed inline so far (for tests and diagnostics).
     inline_commits: AtomicU64,
     /// The file's stem, the `db` label of the commit counters (shared:
@@ -142,6 +145,13 @@ struct Writer {
 /// period, cost 17% of the throughput there; 100 µs cost nothing measurable.
 const INLINE_AFTER_QUIET_US: u64 = 100;
 
+/// A commit or checkpoint at least this slow is logged (WARN) with its
+/// database and duration. Under load a group commit takes about a
+/// millisecond and the writer's own checkpoint (see
+/// [`checkpointer::WRITER_CHECKPOINT_PAGES`]) 10–45 ms on the test machine; longer means
+/// the disk or the file system stalled every write of the database.
+const SLOW: Duration = Duration::from_millis(50);
+
 impl Writer {
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
@@ -152,11 +162,15 @@ impl Writer {
         self.last_end_us.store(self.now_us(), Ordering::Release);
     }
 
-    /// Counts one commit of `writes` writes (`mode`: "inline" or "group"):
-    /// `embedded_store_commits_total{db,mode}` and
+    /// Counts one commit of `writes` writes (`mode`: "inline" or "group")
+    /// that began at `began`: `embedded_store_commits_total{db,mode}` and
     /// `embedded_store_committed_writes_total{db,mode}`, whose ratio is the
-    /// mean group-commit size — how well writes are being batched.
-    fn count_commit(&self, mode: &'static str, writes: usize) {
+    /// mean group-commit size — how well writes are being batched — and
+    /// `embedded_store_commit_seconds{db,mode}`, from `BEGIN` to the end of
+    /// `COMMIT`. A commit slower than [`SLOW`] is also logged: every write
+    /// of the database waited behind it.
+    fn count_commit(&self, mode: &'static str, writes: usize, began: Instant) {
+        let took = began.elapsed();
         let labels = [
             ("db", self.db.clone()),
             ("mode", metrics::SharedString::const_str(mode)),
@@ -164,6 +178,25 @@ impl Writer {
         metrics::counter!("embedded_store_commits_total", &labels).increment(1);
         metrics::counter!("embedded_store_committed_writes_total", &labels)
             .increment(u64::try_from(writes).unwrap_or(u64::MAX));
+        metrics::histogram!("embedded_store_commit_seconds", &labels).record(took);
+        if took >= SLOW {
+            tracing::warn!(
+                db = &*self.db,
+                mode,
+                writes,
+                ms = took.as_secs_f64() * 1e3,
+                "slow commit: every write of this database waited behind it"
+            );
+        }
+    }
+
+    /// How long since the last write ended (since the database opened
+    /// when none has).
+    fn quiet_for(&self) -> Duration {
+        Duration::from_micros(
+            self.now_us()
+                .saturating_sub(self.last_end_us.load(Ordering::Acquire)),
+        )
     }
 
     /// Whether no write ended within the quiet period.
@@ -221,9 +254,13 @@ impl EmbeddedDb {
         writer.pragma_update(None, "busy_timeout", 5000)?;
         // The checkpointer thread copies the WAL into the database file; the
         // writer checkpoints itself (and so restarts the WAL) only past
-        // this many pages (see WRITER_CHECKPOINT_PAGES). Enough page cache
+        // this many pages (see checkpointer::WRITER_CHECKPOINT_PAGES). Enough page cache
         // that hot index pages stay in memory.
-        writer.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        writer.pragma_update(
+            None,
+            "wal_autocheckpoint",
+            checkpointer::WRITER_CHECKPOINT_PAGES,
+        )?;
         writer.pragma_update(None, "cache_size", -8_000)?;
         writer.pragma_update(None, "temp_store", "MEMORY")?;
         writer.set_prepared_statement_cache_capacity(64);
@@ -249,7 +286,7 @@ impl EmbeddedDb {
             db,
             active: AtomicUsize::new(0),
             last_end_us: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
+            epoch: Instant::now(),
             inline_commits: AtomicU64::new(0),
         });
         let thread_writer = writer.clone();
@@ -260,7 +297,7 @@ impl EmbeddedDb {
                 path: path.to_path_buf(),
                 source,
             })?;
-        spawn_checkpointer(path, Arc::downgrade(&writer))?;
+        checkpointer::spawn(path, Arc::downgrade(&writer))?;
         Ok(EmbeddedDb {
             jobs,
             writer,
@@ -313,11 +350,12 @@ impl EmbeddedDb {
         if alone && self.writer.quiet() && GROUPED.try_with(|_| ()).is_err() {
             match self.writer.conn.try_lock() {
                 Ok(conn) => {
+                    let began = Instant::now();
                     let result = commit_inline(&conn, f);
                     self.writer.ended();
                     self.writer.inline_commits.fetch_add(1, Ordering::Relaxed);
                     if result.is_ok() {
-                        self.writer.count_commit("inline", 1);
+                        self.writer.count_commit("inline", 1, began);
                     }
                     return result;
                 }
@@ -414,7 +452,7 @@ fn incremental_auto_vacuum(conn: &Connection, path: &Path) -> Result<(), DbError
         return Ok(()); // A new file: nothing written yet.
     }
     let before = file_size(conn)?;
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     tracing::info!(db = %path.display(), bytes = before.bytes(), "converting the file to incremental auto-vacuum: one VACUUM (rewrites the whole file once)");
     conn.execute_batch("VACUUM")?;
     tracing::info!(
@@ -571,70 +609,6 @@ where
     result
 }
 
-/// How often the checkpointer copies the WAL's committed pages into the
-/// database file.
-const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(25);
-/// WAL pages past which the writer checkpoints itself, which is what
-/// restarts the WAL under sustained load.
-///
-/// Why so many (about 250 MiB of WAL at 4 KiB pages): SQLite restarts the
-/// WAL from its start only when a write transaction begins with every
-/// frame already copied, which the checkpointer never achieves while the
-/// writer commits every millisecond or so; so the writer's own checkpoint
-/// at this threshold does it, copying the little the checkpointer has not
-/// and syncing the WAL and the database file before the next commit. Those
-/// two syncs stall every write of the database for 10–45 ms on the test
-/// machine, whatever the threshold — at 16,000 pages that was every ~0.7 s
-/// at concurrency 64 in the orchestrator, and the slowest sagas were the
-/// ones caught behind it. At 64,000 the stall comes four times less often:
-/// in 30 s runs at concurrency 64, p99 −20% and +8% sagas/s (BENCHMARKS.md,
-/// session 11) — though 3 of 8 such runs had one saga of 200–325 ms, not
-/// yet explained (BENCHMARKS.md). At low load the checkpointer copies
-/// everything between commits and the WAL restarts long before this,
-/// without a stall.
-const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
-
-/// Starts the thread that checkpoints the WAL (`PRAGMA
-/// wal_checkpoint(PASSIVE)`, which never blocks a writer or a reader) every
-/// [`CHECKPOINT_INTERVAL`], on a connection of its own, until the database
-/// is dropped (`writer` no longer upgrades).
-///
-/// Why: SQLite's automatic checkpoint runs inside the commit that crosses
-/// the threshold, on the writer thread, so every few thousand pages one
-/// group commit — and every saga waiting on it — stalls while thousands of
-/// pages are copied. A larger threshold made fewer, longer stalls: more
-/// throughput, but twice the p99 (BENCHMARKS.md). Checkpointing small and
-/// often beside the writer keeps that copy off the commit path.
-fn spawn_checkpointer(path: &Path, writer: std::sync::Weak<Writer>) -> Result<(), DbError> {
-    let conn = Connection::open(path)?;
-    conn.pragma_update(None, "busy_timeout", 1000)?;
-    let name = format!(
-        "sqlite-ckpt-{}",
-        path.file_stem().and_then(|s| s.to_str()).unwrap_or("db")
-    );
-    let shown = path.display().to_string();
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || {
-            loop {
-                std::thread::sleep(CHECKPOINT_INTERVAL);
-                if writer.upgrade().is_none() {
-                    return;
-                }
-                if let Err(error) =
-                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                {
-                    tracing::debug!(db = %shown, %error, "checkpoint skipped; the next one retries");
-                }
-            }
-        })
-        .map_err(|source| DbError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    Ok(())
-}
-
 fn run_writer(writer: &Writer, mut queue: mpsc::UnboundedReceiver<Box<dyn Job>>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
@@ -649,9 +623,10 @@ fn run_writer(writer: &Writer, mut queue: mpsc::UnboundedReceiver<Box<dyn Job>>)
                 Err(_) => break,
             }
         }
+        let began = Instant::now();
         let commit = run_batch(&conn, &mut batch);
         match &commit {
-            Ok(()) => writer.count_commit("group", batch.len()),
+            Ok(()) => writer.count_commit("group", batch.len(), began),
             Err(error) => {
                 tracing::error!(%error, jobs = batch.len(), "group commit failed; every job in it is reported failed");
                 let _ = conn.execute_batch("ROLLBACK");
@@ -707,13 +682,14 @@ pub fn control(conn: &Connection, sql: &str) -> Result<(), rusqlite::Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER NOT NULL);";
+    pub(crate) const SCHEMA: &str =
+        "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER NOT NULL);";
 
     /// Threads of this process whose name starts with `prefix`.
-    fn threads_named(prefix: &str) -> usize {
+    pub(crate) fn threads_named(prefix: &str) -> usize {
         std::fs::read_dir("/proc/self/task")
             .map(|tasks| {
                 tasks
@@ -725,7 +701,7 @@ mod tests {
     }
 
     /// Waits up to 10 s for `condition`; fails the test naming `what`.
-    async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    pub(crate) async fn wait_until(what: &str, condition: impl Fn() -> bool) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !condition() {
             assert!(
@@ -734,44 +710,6 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-    }
-
-    #[tokio::test]
-    async fn the_checkpointer_copies_the_wal_long_before_the_writer_would_and_stops_with_the_db() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("zq.db");
-        let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
-        // A thread names itself once it runs.
-        wait_until("one checkpointer thread", || {
-            threads_named("sqlite-ckpt-zq") == 1
-        })
-        .await;
-        let main_file = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        let before = main_file();
-        // About 400 pages of WAL: far below the writer's own threshold.
-        let value = "x".repeat(3_000);
-        for i in 0..400 {
-            let value = value.clone();
-            db.write(move |c| -> Result<(), DbError> {
-                c.execute(
-                    "INSERT INTO t (k, v) VALUES (?1, ?2)",
-                    (format!("{i}-{value}"), i),
-                )?;
-                Ok(())
-            })
-            .await
-            .unwrap();
-        }
-        const { assert!(400 < WRITER_CHECKPOINT_PAGES) };
-        wait_until("the main file received the WAL's pages", || {
-            main_file() >= before + 400 * 3_000
-        })
-        .await;
-        drop(db);
-        wait_until("the checkpointer stopped with its database", || {
-            threads_named("sqlite-ckpt-zq") == 0
-        })
-        .await;
     }
 
     #[tokio::test]

@@ -131,6 +131,11 @@ async fn metrics_are_served_over_http_and_count_what_happened() {
             writes >= commits,
             "{db}: {writes} writes in {commits} commits"
         );
+        // Every commit is timed, and the checkpointer's copies too.
+        let timed = m.sum("embedded_store_commit_seconds_count", &[("db", db)]);
+        assert!(timed >= 1.0, "{db}: no commit timed:\n{}", m.text);
+        let checkpoints = m.sum("embedded_store_checkpoint_seconds_count", &[("db", db)]);
+        assert!(checkpoints >= 1.0, "{db}: no checkpoint timed:\n{}", m.text);
     }
 
     // Orchestrator.

@@ -1,0 +1,306 @@
+//! Copying the WAL into the database file off the commit path, and giving a
+//! grown WAL's space back once the database is quiet.
+//!
+//! Why a thread of its own: SQLite's automatic checkpoint runs inside the
+//! commit that crosses its threshold, on the writer thread, so every few
+//! thousand pages one group commit — and every saga waiting on it — stalled
+//! while thousands of pages were copied. A larger threshold made fewer,
+//! longer stalls: more throughput, but twice the p99 (BENCHMARKS.md).
+//! Checkpointing small and often beside the writer (`PRAGMA
+//! wal_checkpoint(PASSIVE)`, which never blocks a writer or a reader) keeps
+//! that copy off the commit path.
+//!
+//! Why the WAL still grows under load, and what restarts it: see
+//! [`WRITER_CHECKPOINT_PAGES`]. A WAL file keeps the size it grew to (SQLite
+//! overwrites it from its start rather than truncating it, which is the
+//! cheaper write under load), so after a burst each service would keep up
+//! to ~250 MiB of WAL until it restarts; the checkpointer truncates it once
+//! the database has had no write for [`WAL_TRUNCATE_AFTER_QUIET`].
+//!
+//! Every checkpoint is timed (`embedded_store_checkpoint_seconds{db}`) and
+//! one slower than [`SLOW`] is logged: a checkpoint's syncs are where the
+//! disk's stalls show first, before they reach a commit.
+
+use crate::{DbError, SLOW, Writer};
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+/// How often the checkpointer copies the WAL's committed pages into the
+/// database file.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(25);
+
+/// WAL pages past which the writer checkpoints itself, which is what
+/// restarts the WAL under sustained load.
+///
+/// Why so many (about 250 MiB of WAL at 4 KiB pages): SQLite restarts the
+/// WAL from its start only when a write transaction begins with every
+/// frame already copied, which the checkpointer never achieves while the
+/// writer commits every millisecond or so; so the writer's own checkpoint
+/// at this threshold does it, copying the little the checkpointer has not
+/// and syncing the WAL and the database file before the next commit. Those
+/// two syncs stall every write of the database for 10–45 ms on the test
+/// machine, whatever the threshold — at 16,000 pages that was every ~0.7 s
+/// at concurrency 64 in the orchestrator, and the slowest sagas were the
+/// ones caught behind it. At 64,000 the stall comes four times less often:
+/// in 30 s runs at concurrency 64, p99 −20% and +8% sagas/s (BENCHMARKS.md,
+/// session 11). The syncs are the disk's: when the file system stalls, all
+/// three services' checkpoints slow down at the same instant (50–270 ms,
+/// session 12), and a writer checkpoint caught in such a moment is the rare
+/// long saga (BENCHMARKS.md). At low load the checkpointer copies
+/// everything between commits and the WAL restarts long before this,
+/// without a stall.
+pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
+
+/// How long the database must have had no write before a WAL larger than
+/// [`WAL_KEEP_BYTES`] is truncated. Long enough that a pause in a steady
+/// load does not truncate a WAL the next second regrows (appending to a
+/// file costs more than overwriting it); the truncation itself waits for
+/// any write in progress, so it is only tried when there is none.
+const WAL_TRUNCATE_AFTER_QUIET: Duration = if cfg!(test) {
+    Duration::from_millis(300)
+} else {
+    Duration::from_secs(10)
+};
+
+/// A quiet database's WAL up to this size is left alone: at low load it
+/// restarts between commits and stays about this small by itself.
+const WAL_KEEP_BYTES: u64 = 4 << 20;
+
+/// How long the truncation waits for a reader (or a writer that started
+/// just then) before giving up until the next quiet check. PASSIVE
+/// checkpoints never wait, so this bounds the truncation alone.
+const TRUNCATE_BUSY_TIMEOUT_MS: i64 = 100;
+
+/// Starts the checkpointer of the database at `path` on a connection of
+/// its own; it stops once the database is dropped (`writer` no longer
+/// upgrades).
+pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "busy_timeout", TRUNCATE_BUSY_TIMEOUT_MS)?;
+    let Some(db) = writer.upgrade().map(|w| w.db.clone()) else {
+        return Ok(()); // Dropped already: nothing to checkpoint.
+    };
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let checkpointer = Checkpointer {
+        conn,
+        retry_truncate_at: None,
+        labels: [("db", db)],
+        shown: path.display().to_string(),
+        wal: PathBuf::from(wal),
+    };
+    std::thread::Builder::new()
+        .name(format!(
+            "sqlite-ckpt-{}",
+            path.file_stem().and_then(|s| s.to_str()).unwrap_or("db")
+        ))
+        .spawn(move || checkpointer.run(&writer))
+        .map_err(|source| DbError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(())
+}
+
+struct Checkpointer {
+    conn: Connection,
+    /// After a truncation found the WAL busy, not before this.
+    retry_truncate_at: Option<Instant>,
+    labels: [(&'static str, metrics::SharedString); 1],
+    /// The database file, for logs.
+    shown: String,
+    /// The WAL file, whose size decides a truncation.
+    wal: PathBuf,
+}
+
+impl Checkpointer {
+    fn run(mut self, writer: &Weak<Writer>) {
+        loop {
+            std::thread::sleep(CHECKPOINT_INTERVAL);
+            let Some(quiet_for) = writer.upgrade().map(|w| w.quiet_for()) else {
+                return;
+            };
+            self.copy();
+            if quiet_for >= WAL_TRUNCATE_AFTER_QUIET
+                && self.retry_truncate_at.is_none_or(|at| Instant::now() >= at)
+                && self.wal_bytes() > WAL_KEEP_BYTES
+            {
+                self.retry_truncate_at =
+                    (!self.truncate(quiet_for)).then(|| Instant::now() + WAL_TRUNCATE_AFTER_QUIET);
+            }
+        }
+    }
+
+    /// One PASSIVE checkpoint, timed.
+    fn copy(&self) {
+        let began = Instant::now();
+        // (busy, frames in the WAL, frames copied into the database file)
+        match self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+            }) {
+            Ok((wal_frames, copied)) => {
+                let took = began.elapsed();
+                metrics::histogram!("embedded_store_checkpoint_seconds", &self.labels).record(took);
+                if took >= SLOW {
+                    tracing::warn!(
+                        db = %self.shown,
+                        wal_frames,
+                        copied,
+                        ms = took.as_secs_f64() * 1e3,
+                        "slow checkpoint (the copy and the syncs of the WAL and the database file)"
+                    );
+                }
+            }
+            Err(error) => {
+                tracing::debug!(db = %self.shown, %error, "checkpoint skipped; the next one retries");
+            }
+        }
+    }
+
+    /// Copies what is left and truncates the WAL to nothing (`PRAGMA
+    /// wal_checkpoint(TRUNCATE)`), unless a reader or writer holds it past
+    /// [`TRUNCATE_BUSY_TIMEOUT_MS`]. True when it was truncated; otherwise
+    /// it is tried again [`WAL_TRUNCATE_AFTER_QUIET`] later (a reader that
+    /// holds an old snapshot that long is rare, and each try holds the
+    /// write lock while it waits).
+    fn truncate(&self, quiet_for: Duration) -> bool {
+        let bytes = self.wal_bytes();
+        let began = Instant::now();
+        match self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            }) {
+            Ok(0) => {
+                tracing::info!(
+                    db = %self.shown,
+                    bytes,
+                    quiet_s = quiet_for.as_secs(),
+                    took_ms = began.elapsed().as_secs_f64() * 1e3,
+                    "WAL truncated: the database had no write for a while"
+                );
+                true
+            }
+            Ok(_busy) => {
+                tracing::debug!(db = %self.shown, "WAL truncation busy; tried again later");
+                false
+            }
+            Err(error) => {
+                tracing::debug!(db = %self.shown, %error, "WAL truncation failed; tried again later");
+                false
+            }
+        }
+    }
+
+    fn wal_bytes(&self) -> u64 {
+        std::fs::metadata(&self.wal).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{SCHEMA, threads_named, wait_until};
+    use crate::{Durability, EmbeddedDb};
+
+    #[tokio::test]
+    async fn the_checkpointer_copies_the_wal_long_before_the_writer_would_and_stops_with_the_db() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zq.db");
+        let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
+        // A thread names itself once it runs.
+        wait_until("one checkpointer thread", || {
+            threads_named("sqlite-ckpt-zq") == 1
+        })
+        .await;
+        let main_file = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let before = main_file();
+        // About 400 pages of WAL: far below the writer's own threshold.
+        let value = "x".repeat(3_000);
+        for i in 0..400 {
+            let value = value.clone();
+            db.write(move |c| -> Result<(), DbError> {
+                c.execute(
+                    "INSERT INTO t (k, v) VALUES (?1, ?2)",
+                    (format!("{i}-{value}"), i),
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        }
+        const { assert!(400 < WRITER_CHECKPOINT_PAGES) };
+        wait_until("the main file received the WAL's pages", || {
+            main_file() >= before + 400 * 3_000
+        })
+        .await;
+        drop(db);
+        wait_until("the checkpointer stopped with its database", || {
+            threads_named("sqlite-ckpt-zq") == 0
+        })
+        .await;
+    }
+
+    /// A reader holding an old snapshot keeps the WAL from restarting, as
+    /// a steady load does; once it lets go and the writes stop, the WAL is
+    /// truncated and every row is still there.
+    #[tokio::test]
+    async fn a_grown_wal_is_truncated_once_the_database_is_quiet() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grow.db");
+        let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
+        let wal = dir.path().join("grow.db-wal");
+        let wal_bytes = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+
+        let pin = Connection::open(&path).unwrap();
+        pin.execute_batch("BEGIN").unwrap();
+        let _: i64 = pin
+            .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        let value = "y".repeat(3_000);
+        let rows = 2_000;
+        for i in 0..rows {
+            let value = value.clone();
+            db.write(move |c| -> Result<(), DbError> {
+                c.execute(
+                    "INSERT INTO t (k, v) VALUES (?1, ?2)",
+                    (format!("{i}-{value}"), i),
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        }
+        let grown = wal_bytes();
+        assert!(
+            grown > WAL_KEEP_BYTES,
+            "the pinned WAL should have grown past {WAL_KEEP_BYTES} bytes: {grown}"
+        );
+        // Still pinned and past the quiet period: the truncation is busy
+        // and gives up, nothing is lost.
+        tokio::time::sleep(WAL_TRUNCATE_AFTER_QUIET * 2).await;
+        assert!(wal_bytes() >= grown, "truncated under a reader");
+
+        pin.execute_batch("COMMIT").unwrap();
+        wait_until("the quiet WAL truncated", || wal_bytes() == 0).await;
+        let count: i64 = db
+            .read(|c| -> Result<i64, DbError> {
+                Ok(c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(count, rows);
+        // Writes go on after the truncation.
+        db.write(|c| -> Result<(), DbError> {
+            c.execute("INSERT INTO t (k, v) VALUES ('after', 0)", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(wal_bytes() > 0);
+    }
+}
