@@ -15,7 +15,8 @@
 //! overwrites it from its start rather than truncating it, which is the
 //! cheaper write under load), so after a burst each service would keep up
 //! to ~250 MiB of WAL until it restarts; the checkpointer truncates it once
-//! the database has had no write for [`WAL_TRUNCATE_AFTER_QUIET`].
+//! the load has stayed low for [`WAL_TRUNCATE_AFTER_LOW_LOAD`] (the WAL's
+//! content — not its file — small all that time).
 //!
 //! Every checkpoint is timed (`embedded_store_checkpoint_seconds{db}`) and
 //! one slower than [`SLOW`] is logged: a checkpoint's syncs are where the
@@ -53,24 +54,33 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(25);
 /// without a stall.
 pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
 
-/// How long the database must have had no write before a WAL larger than
-/// [`WAL_KEEP_BYTES`] is truncated. Long enough that a pause in a steady
-/// load does not truncate a WAL the next second regrows (appending to a
-/// file costs more than overwriting it); the truncation itself waits for
-/// any write in progress, so it is only tried when there is none.
-const WAL_TRUNCATE_AFTER_QUIET: Duration = if cfg!(test) {
+/// How long the load must have stayed low before a WAL file larger than
+/// [`WAL_KEEP_BYTES`] is truncated. Low: the WAL's content (its frames
+/// since the last restart) under that size, or unchanged and all copied.
+/// Under sustained load the content grows past it within a second of
+/// every restart; at low load the checkpointer copies everything between
+/// commits and the WAL restarts at every write, so its content stays a few
+/// frames; with no write at all it keeps what it had, all copied. "No
+/// write at all" alone would be the wrong test: the retention purge writes
+/// every 10 s by default. Long enough that a pause in a steady load does not truncate
+/// a WAL the next second regrows (appending to a file costs more than
+/// overwriting it).
+const WAL_TRUNCATE_AFTER_LOW_LOAD: Duration = if cfg!(test) {
     Duration::from_millis(300)
 } else {
     Duration::from_secs(10)
 };
 
-/// A quiet database's WAL up to this size is left alone: at low load it
-/// restarts between commits and stays about this small by itself.
+/// A WAL file up to this size is left alone: at low load it restarts
+/// between commits and stays about this small by itself.
 const WAL_KEEP_BYTES: u64 = 4 << 20;
 
-/// How long the truncation waits for a reader (or a writer that started
-/// just then) before giving up until the next quiet check. PASSIVE
-/// checkpoints never wait, so this bounds the truncation alone.
+/// A WAL frame's header, before each page.
+const WAL_FRAME_HEADER_BYTES: u64 = 24;
+
+/// How long the truncation waits for the writer and for readers before it
+/// gives up (PASSIVE checkpoints never wait, so this bounds the truncation
+/// alone); a write that arrives meanwhile waits for it.
 const TRUNCATE_BUSY_TIMEOUT_MS: i64 = 100;
 
 /// Starts the checkpointer of the database at `path` on a connection of
@@ -82,10 +92,14 @@ pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
     let Some(db) = writer.upgrade().map(|w| w.db.clone()) else {
         return Ok(()); // Dropped already: nothing to checkpoint.
     };
+    let page_size: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     let checkpointer = Checkpointer {
         conn,
+        frame_bytes: u64::try_from(page_size).unwrap_or(4096) + WAL_FRAME_HEADER_BYTES,
+        wal_frames: 0,
+        low_load_since: None,
         retry_truncate_at: None,
         labels: [("db", db)],
         shown: path.display().to_string(),
@@ -106,6 +120,12 @@ pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
 
 struct Checkpointer {
     conn: Connection,
+    /// A WAL frame's size: a page and its header.
+    frame_bytes: u64,
+    /// The frames in the WAL at the last checkpoint.
+    wal_frames: u64,
+    /// Since when the load has been low (see [`WAL_TRUNCATE_AFTER_LOW_LOAD`]).
+    low_load_since: Option<Instant>,
     /// After a truncation found the WAL busy, not before this.
     retry_truncate_at: Option<Instant>,
     labels: [(&'static str, metrics::SharedString); 1],
@@ -119,22 +139,35 @@ impl Checkpointer {
     fn run(mut self, writer: &Weak<Writer>) {
         loop {
             std::thread::sleep(CHECKPOINT_INTERVAL);
-            let Some(quiet_for) = writer.upgrade().map(|w| w.quiet_for()) else {
+            if writer.upgrade().is_none() {
                 return;
+            }
+            let Some((wal_frames, copied)) = self.copy() else {
+                continue;
             };
-            self.copy();
-            if quiet_for >= WAL_TRUNCATE_AFTER_QUIET
-                && self.retry_truncate_at.is_none_or(|at| Instant::now() >= at)
+            let now = Instant::now();
+            // Low load: the WAL holds little, or nothing was written since
+            // it was all copied (it restarts only at the next write).
+            let unchanged = wal_frames == copied && wal_frames == self.wal_frames;
+            self.wal_frames = wal_frames;
+            if wal_frames.saturating_mul(self.frame_bytes) >= WAL_KEEP_BYTES && !unchanged {
+                self.low_load_since = None;
+                continue;
+            }
+            let since = *self.low_load_since.get_or_insert(now);
+            if now.duration_since(since) >= WAL_TRUNCATE_AFTER_LOW_LOAD
+                && self.retry_truncate_at.is_none_or(|at| now >= at)
                 && self.wal_bytes() > WAL_KEEP_BYTES
             {
                 self.retry_truncate_at =
-                    (!self.truncate(quiet_for)).then(|| Instant::now() + WAL_TRUNCATE_AFTER_QUIET);
+                    (!self.truncate()).then(|| now + WAL_TRUNCATE_AFTER_LOW_LOAD);
             }
         }
     }
 
-    /// One PASSIVE checkpoint, timed.
-    fn copy(&self) {
+    /// One PASSIVE checkpoint, timed: the frames in the WAL and how many
+    /// of them are copied, or None when it failed (the next one retries).
+    fn copy(&self) -> Option<(u64, u64)> {
         let began = Instant::now();
         // (busy, frames in the WAL, frames copied into the database file)
         match self
@@ -154,9 +187,12 @@ impl Checkpointer {
                         "slow checkpoint (the copy and the syncs of the WAL and the database file)"
                     );
                 }
+                let frames = |n: i64| u64::try_from(n).unwrap_or(0);
+                Some((frames(wal_frames), frames(copied)))
             }
             Err(error) => {
                 tracing::debug!(db = %self.shown, %error, "checkpoint skipped; the next one retries");
+                None
             }
         }
     }
@@ -164,10 +200,10 @@ impl Checkpointer {
     /// Copies what is left and truncates the WAL to nothing (`PRAGMA
     /// wal_checkpoint(TRUNCATE)`), unless a reader or writer holds it past
     /// [`TRUNCATE_BUSY_TIMEOUT_MS`]. True when it was truncated; otherwise
-    /// it is tried again [`WAL_TRUNCATE_AFTER_QUIET`] later (a reader that
-    /// holds an old snapshot that long is rare, and each try holds the
+    /// it is tried again [`WAL_TRUNCATE_AFTER_LOW_LOAD`] later (a reader
+    /// that holds an old snapshot that long is rare, and each try holds the
     /// write lock while it waits).
-    fn truncate(&self, quiet_for: Duration) -> bool {
+    fn truncate(&self) -> bool {
         let bytes = self.wal_bytes();
         let began = Instant::now();
         match self
@@ -179,9 +215,8 @@ impl Checkpointer {
                 tracing::info!(
                     db = %self.shown,
                     bytes,
-                    quiet_s = quiet_for.as_secs(),
                     took_ms = began.elapsed().as_secs_f64() * 1e3,
-                    "WAL truncated: the database had no write for a while"
+                    "WAL truncated: the load has stayed low"
                 );
                 true
             }
@@ -245,29 +280,21 @@ mod tests {
         .await;
     }
 
-    /// A reader holding an old snapshot keeps the WAL from restarting, as
-    /// a steady load does; once it lets go and the writes stop, the WAL is
-    /// truncated and every row is still there.
-    #[tokio::test]
-    async fn a_grown_wal_is_truncated_once_the_database_is_quiet() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("grow.db");
-        let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
-        let wal = dir.path().join("grow.db-wal");
-        let wal_bytes = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-
-        let pin = Connection::open(&path).unwrap();
+    /// Grows the WAL of `db` past [`WAL_KEEP_BYTES`] the way a steady load
+    /// does — a reader holding an old snapshot keeps it from restarting —
+    /// and checks that nothing is truncated while it grows.
+    async fn grow_wal(db: &EmbeddedDb, path: &Path, wal_bytes: impl Fn() -> u64) -> Connection {
+        let pin = Connection::open(path).unwrap();
         pin.execute_batch("BEGIN").unwrap();
         let _: i64 = pin
             .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
             .unwrap();
         let value = "y".repeat(3_000);
-        let rows = 2_000;
-        for i in 0..rows {
+        for i in 0..2_000 {
             let value = value.clone();
             db.write(move |c| -> Result<(), DbError> {
                 c.execute(
-                    "INSERT INTO t (k, v) VALUES (?1, ?2)",
+                    "INSERT OR REPLACE INTO t (k, v) VALUES (?1, ?2)",
                     (format!("{i}-{value}"), i),
                 )?;
                 Ok(())
@@ -280,20 +307,55 @@ mod tests {
             grown > WAL_KEEP_BYTES,
             "the pinned WAL should have grown past {WAL_KEEP_BYTES} bytes: {grown}"
         );
-        // Still pinned and past the quiet period: the truncation is busy
-        // and gives up, nothing is lost.
-        tokio::time::sleep(WAL_TRUNCATE_AFTER_QUIET * 2).await;
+        // Still pinned: the WAL's content stays large, nothing is tried.
+        tokio::time::sleep(WAL_TRUNCATE_AFTER_LOW_LOAD * 2).await;
         assert!(wal_bytes() >= grown, "truncated under a reader");
+        pin
+    }
 
+    async fn rows(db: &EmbeddedDb) -> i64 {
+        db.read(|c| -> Result<i64, DbError> {
+            Ok(c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// A grown WAL is truncated once the load stays low — no write at all,
+    /// or a write now and then (as a purge round is) — and every row is
+    /// still there.
+    #[tokio::test]
+    async fn a_grown_wal_is_truncated_once_the_load_stays_low() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grow.db");
+        let db = EmbeddedDb::open(&path, SCHEMA, Durability::Process).unwrap();
+        let wal = dir.path().join("grow.db-wal");
+        let wal_bytes = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        let truncated = || wal_bytes() == 0;
+
+        // No write after the load.
+        let pin = grow_wal(&db, &path, wal_bytes).await;
         pin.execute_batch("COMMIT").unwrap();
-        wait_until("the quiet WAL truncated", || wal_bytes() == 0).await;
-        let count: i64 = db
-            .read(|c| -> Result<i64, DbError> {
-                Ok(c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?)
+        wait_until("the WAL truncated with no write", truncated).await;
+        assert_eq!(rows(&db).await, 2_000);
+
+        // A write every 50 ms after the load.
+        let pin = grow_wal(&db, &path, wal_bytes).await;
+        pin.execute_batch("COMMIT").unwrap();
+        for i in 0..200 {
+            if truncated() {
+                break;
+            }
+            db.write(move |c| -> Result<(), DbError> {
+                c.execute("INSERT INTO t (k, v) VALUES (?1, 0)", [format!("tick{i}")])?;
+                Ok(())
             })
             .await
             .unwrap();
-        assert_eq!(count, rows);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(truncated(), "the WAL not truncated at low load");
+        assert!(rows(&db).await > 2_000);
         // Writes go on after the truncation.
         db.write(|c| -> Result<(), DbError> {
             c.execute("INSERT INTO t (k, v) VALUES ('after', 0)", [])?;

@@ -190,15 +190,6 @@ impl Writer {
         }
     }
 
-    /// How long since the last write ended (since the database opened
-    /// when none has).
-    fn quiet_for(&self) -> Duration {
-        Duration::from_micros(
-            self.now_us()
-                .saturating_sub(self.last_end_us.load(Ordering::Acquire)),
-        )
-    }
-
     /// Whether no write ended within the quiet period.
     fn quiet(&self) -> bool {
         self.now_us()
