@@ -49,7 +49,7 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(25);
 /// session 11). The syncs are the disk's: when the file system stalls, all
 /// three services' checkpoints slow down at the same instant (50–270 ms,
 /// session 12), and a writer checkpoint caught in such a moment is the rare
-/// long saga (BENCHMARKS.md). At low load the checkpointer copies
+/// long saga (BENCHMARKS.md, session 12). At low load the checkpointer copies
 /// everything between commits and the WAL restarts long before this,
 /// without a stall.
 pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 64_000;

@@ -376,7 +376,7 @@ impl Shared {
                 }
                 handshake(tls).await
             }
-            None => handshake(tcp).await,
+            None => handshake(crate::coalesced_writes::CoalescedWrites(tcp)).await,
         }
     }
 }

@@ -32,6 +32,7 @@
 
 pub mod auth;
 pub mod channel;
+pub mod coalesced_writes;
 pub mod deadline;
 pub mod dial;
 pub mod fingerprint;

@@ -344,11 +344,20 @@ fn percent_decode(raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Accepted connections with TCP_NODELAY: gRPC writes headers, data and
-/// trailers separately, and with Nagle's algorithm the later small writes
-/// wait for the peer's delayed ACK — about 40 ms per call.
-fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+/// Accepted connections with TCP_NODELAY — gRPC may write headers, data
+/// and trailers separately, and with Nagle's algorithm the later small
+/// writes would wait for the peer's delayed ACK, about 40 ms per call —
+/// and a small reply's data and trailers in one write
+/// ([`crate::coalesced_writes`]).
+fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<
+    Item = std::io::Result<crate::coalesced_writes::CoalescedWrites<tokio::net::TcpStream>>,
+> {
+    use futures::TryStreamExt;
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map_ok(crate::coalesced_writes::CoalescedWrites)
 }
 
 #[cfg(test)]
