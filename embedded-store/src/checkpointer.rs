@@ -242,6 +242,24 @@ mod tests {
     use crate::tests::{SCHEMA, threads_named, wait_until};
     use crate::{Durability, EmbeddedDb};
 
+    /// Writes rows 0..n of about 3 KB each (replacing any), one commit
+    /// each, as a load does.
+    async fn insert_rows(db: &EmbeddedDb, n: i64) {
+        let value = "x".repeat(3_000);
+        for i in 0..n {
+            let value = value.clone();
+            db.write(move |c| -> Result<(), DbError> {
+                c.execute(
+                    "INSERT OR REPLACE INTO t (k, v) VALUES (?1, ?2)",
+                    (format!("{i}-{value}"), i),
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        }
+    }
+
     #[tokio::test]
     async fn the_checkpointer_copies_the_wal_long_before_the_writer_would_and_stops_with_the_db() {
         let dir = tempfile::tempdir().unwrap();
@@ -255,19 +273,7 @@ mod tests {
         let main_file = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let before = main_file();
         // About 400 pages of WAL: far below the writer's own threshold.
-        let value = "x".repeat(3_000);
-        for i in 0..400 {
-            let value = value.clone();
-            db.write(move |c| -> Result<(), DbError> {
-                c.execute(
-                    "INSERT INTO t (k, v) VALUES (?1, ?2)",
-                    (format!("{i}-{value}"), i),
-                )?;
-                Ok(())
-            })
-            .await
-            .unwrap();
-        }
+        insert_rows(&db, 400).await;
         const { assert!(400 < WRITER_CHECKPOINT_PAGES) };
         wait_until("the main file received the WAL's pages", || {
             main_file() >= before + 400 * 3_000
@@ -289,19 +295,7 @@ mod tests {
         let _: i64 = pin
             .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
             .unwrap();
-        let value = "y".repeat(3_000);
-        for i in 0..2_000 {
-            let value = value.clone();
-            db.write(move |c| -> Result<(), DbError> {
-                c.execute(
-                    "INSERT OR REPLACE INTO t (k, v) VALUES (?1, ?2)",
-                    (format!("{i}-{value}"), i),
-                )?;
-                Ok(())
-            })
-            .await
-            .unwrap();
-        }
+        insert_rows(db, 2_000).await;
         let grown = wal_bytes();
         assert!(
             grown > WAL_KEEP_BYTES,
