@@ -1,5 +1,5 @@
 //! Copying the WAL into the database file off the commit path, and giving a
-//! grown WAL's space back once the database is quiet.
+//! grown WAL's space back once the load stays low.
 //!
 //! Why a thread of its own: SQLite's automatic checkpoint runs inside the
 //! commit that crosses its threshold, on the writer thread, so every few
@@ -48,10 +48,10 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(25);
 /// in 30 s runs at concurrency 64, p99 −20% and +8% sagas/s (BENCHMARKS.md,
 /// session 11). The syncs are the disk's: when the file system stalls, all
 /// three services' checkpoints slow down at the same instant (50–270 ms,
-/// session 12), and a writer checkpoint caught in such a moment is the rare
-/// long saga (BENCHMARKS.md, session 12). At low load the checkpointer copies
-/// everything between commits and the WAL restarts long before this,
-/// without a stall.
+/// session 12), and a writer checkpoint caught in such a moment is the
+/// likely cause of the rare 200 ms saga (BENCHMARKS.md, session 12). At low
+/// load the checkpointer copies everything between commits and the WAL
+/// restarts long before this, without a stall.
 pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
 
 /// How long the load must have stayed low before a WAL file larger than

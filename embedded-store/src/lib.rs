@@ -148,8 +148,9 @@ const INLINE_AFTER_QUIET_US: u64 = 100;
 /// A commit or checkpoint at least this slow is logged (WARN) with its
 /// database and duration. Under load a group commit takes about a
 /// millisecond and the writer's own checkpoint (see
-/// [`checkpointer::WRITER_CHECKPOINT_PAGES`]) 10–45 ms on the test machine; longer means
-/// the disk or the file system stalled every write of the database.
+/// [`checkpointer::WRITER_CHECKPOINT_PAGES`]) 10–45 ms on the test
+/// machine; longer means the disk or the file system stalled every write
+/// of the database.
 const SLOW: Duration = Duration::from_millis(50);
 
 impl Writer {
@@ -245,8 +246,8 @@ impl EmbeddedDb {
         writer.pragma_update(None, "busy_timeout", 5000)?;
         // The checkpointer thread copies the WAL into the database file; the
         // writer checkpoints itself (and so restarts the WAL) only past
-        // this many pages (see checkpointer::WRITER_CHECKPOINT_PAGES). Enough page cache
-        // that hot index pages stay in memory.
+        // this many pages (see checkpointer::WRITER_CHECKPOINT_PAGES).
+        // Enough page cache that hot index pages stay in memory.
         writer.pragma_update(
             None,
             "wal_autocheckpoint",
