@@ -19,9 +19,10 @@
 //! content — not its file — small all that time).
 //!
 //! Every checkpoint is timed (`embedded_store_checkpoint_seconds{db}`) and
-//! one slower than [`SLOW`] is logged: a checkpoint's syncs are where the
+//! one slower than [`SLOW`] is logged (at most once a second): a checkpoint's syncs are where the
 //! disk's stalls show first, before they reach a commit.
 
+use crate::slow_log::SlowLog;
 use crate::{DbError, SLOW, Writer};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -101,6 +102,7 @@ pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
         wal_frames: 0,
         low_load_since: None,
         retry_truncate_at: None,
+        slow: SlowLog::default(),
         labels: [("db", db)],
         shown: path.display().to_string(),
         wal: PathBuf::from(wal),
@@ -128,6 +130,8 @@ struct Checkpointer {
     low_load_since: Option<Instant>,
     /// After a truncation found the WAL busy, not before this.
     retry_truncate_at: Option<Instant>,
+    /// Slow checkpoints, logged at most once a second.
+    slow: SlowLog,
     labels: [(&'static str, metrics::SharedString); 1],
     /// The database file, for logs.
     shown: String,
@@ -178,12 +182,15 @@ impl Checkpointer {
             Ok((wal_frames, copied)) => {
                 let took = began.elapsed();
                 metrics::histogram!("embedded_store_checkpoint_seconds", &self.labels).record(took);
-                if took >= SLOW {
+                if took >= SLOW
+                    && let Some(left_out) = self.slow.admit(Instant::now())
+                {
                     tracing::warn!(
                         db = %self.shown,
                         wal_frames,
                         copied,
                         ms = took.as_secs_f64() * 1e3,
+                        slow_checkpoints_not_logged = left_out,
                         "slow checkpoint (the copy and the syncs of the WAL and the database file)"
                     );
                 }

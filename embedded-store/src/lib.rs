@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 mod checkpointer;
+mod slow_log;
 
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -129,6 +130,8 @@ struct Writer {
     epoch: Instant,
     /// Writes committed inline so far (for tests and diagnostics).
     inline_commits: AtomicU64,
+    /// Slow commits, logged at most once a second.
+    slow_commits: slow_log::SlowLog,
     /// The file's stem, the `db` label of the commit counters (shared:
     /// labelling a commit allocates no string).
     db: metrics::SharedString,
@@ -168,8 +171,8 @@ impl Writer {
     /// `embedded_store_committed_writes_total{db,mode}`, whose ratio is the
     /// mean group-commit size — how well writes are being batched — and
     /// `embedded_store_commit_seconds{db,mode}`, from `BEGIN` to the end of
-    /// `COMMIT`. A commit slower than [`SLOW`] is also logged: every write
-    /// of the database waited behind it.
+    /// `COMMIT`. A commit slower than [`SLOW`] is also logged (at most once
+    /// a second): every write of the database waited behind it.
     fn count_commit(&self, mode: &'static str, writes: usize, began: Instant) {
         let took = began.elapsed();
         let labels = [
@@ -180,12 +183,15 @@ impl Writer {
         metrics::counter!("embedded_store_committed_writes_total", &labels)
             .increment(u64::try_from(writes).unwrap_or(u64::MAX));
         metrics::histogram!("embedded_store_commit_seconds", &labels).record(took);
-        if took >= SLOW {
+        if took >= SLOW
+            && let Some(left_out) = self.slow_commits.admit(Instant::now())
+        {
             tracing::warn!(
                 db = &*self.db,
                 mode,
                 writes,
                 ms = took.as_secs_f64() * 1e3,
+                slow_commits_not_logged = left_out,
                 "slow commit: every write of this database waited behind it"
             );
         }
@@ -280,6 +286,7 @@ impl EmbeddedDb {
             last_end_us: AtomicU64::new(0),
             epoch: Instant::now(),
             inline_commits: AtomicU64::new(0),
+            slow_commits: slow_log::SlowLog::default(),
         });
         let thread_writer = writer.clone();
         std::thread::Builder::new()
