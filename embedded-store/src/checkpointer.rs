@@ -19,14 +19,14 @@
 //! content — not its file — small all that time).
 //!
 //! Every checkpoint is timed (`embedded_store_checkpoint_seconds{db}`) and
-//! one slower than [`SLOW`] is logged (at most once a second): a checkpoint's syncs are where the
-//! disk's stalls show first, before they reach a commit.
+//! a slow one logged (see [`crate::slow_log`]): a checkpoint's syncs are
+//! where the disk's stalls show first, before they reach a commit.
 
 use crate::slow_log::SlowLog;
-use crate::{DbError, SLOW, Writer};
+use crate::{DbError, Writer};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// How often the checkpointer copies the WAL's committed pages into the
@@ -63,9 +63,9 @@ pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
 /// commits and the WAL restarts at every write, so its content stays a few
 /// frames; with no write at all it keeps what it had, all copied. "No
 /// write at all" alone would be the wrong test: the retention purge writes
-/// every 10 s by default. Long enough that a pause in a steady load does not truncate
-/// a WAL the next second regrows (appending to a file costs more than
-/// overwriting it).
+/// every 10 s by default. Long enough that a pause in a steady load does
+/// not truncate a WAL the next second regrows (appending to a file costs
+/// more than overwriting it).
 const WAL_TRUNCATE_AFTER_LOW_LOAD: Duration = if cfg!(test) {
     Duration::from_millis(300)
 } else {
@@ -85,14 +85,10 @@ const WAL_FRAME_HEADER_BYTES: u64 = 24;
 const TRUNCATE_BUSY_TIMEOUT_MS: i64 = 100;
 
 /// Starts the checkpointer of the database at `path` on a connection of
-/// its own; it stops once the database is dropped (`writer` no longer
-/// upgrades).
-pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
+/// its own; it stops once the database is dropped (its `writer` gone).
+pub(crate) fn spawn(path: &Path, writer: &Arc<Writer>) -> Result<(), DbError> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "busy_timeout", TRUNCATE_BUSY_TIMEOUT_MS)?;
-    let Some(db) = writer.upgrade().map(|w| w.db.clone()) else {
-        return Ok(()); // Dropped already: nothing to checkpoint.
-    };
     let page_size: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
@@ -103,7 +99,7 @@ pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
         low_load_since: None,
         retry_truncate_at: None,
         slow: SlowLog::default(),
-        labels: [("db", db)],
+        labels: [("db", writer.db.clone())],
         shown: path.display().to_string(),
         wal: PathBuf::from(wal),
     };
@@ -112,7 +108,10 @@ pub(crate) fn spawn(path: &Path, writer: Weak<Writer>) -> Result<(), DbError> {
             "sqlite-ckpt-{}",
             path.file_stem().and_then(|s| s.to_str()).unwrap_or("db")
         ))
-        .spawn(move || checkpointer.run(&writer))
+        .spawn({
+            let writer = Arc::downgrade(writer);
+            move || checkpointer.run(&writer)
+        })
         .map_err(|source| DbError::Open {
             path: path.to_path_buf(),
             source,
@@ -159,12 +158,15 @@ impl Checkpointer {
                 continue;
             }
             let since = *self.low_load_since.get_or_insert(now);
-            if now.duration_since(since) >= WAL_TRUNCATE_AFTER_LOW_LOAD
-                && self.retry_truncate_at.is_none_or(|at| now >= at)
-                && self.wal_bytes() > WAL_KEEP_BYTES
+            if now.duration_since(since) < WAL_TRUNCATE_AFTER_LOW_LOAD
+                || self.retry_truncate_at.is_some_and(|at| now < at)
             {
+                continue;
+            }
+            let bytes = self.wal_bytes();
+            if bytes > WAL_KEEP_BYTES {
                 self.retry_truncate_at =
-                    (!self.truncate()).then(|| now + WAL_TRUNCATE_AFTER_LOW_LOAD);
+                    (!self.truncate(bytes)).then(|| now + WAL_TRUNCATE_AFTER_LOW_LOAD);
             }
         }
     }
@@ -182,9 +184,7 @@ impl Checkpointer {
             Ok((wal_frames, copied)) => {
                 let took = began.elapsed();
                 metrics::histogram!("embedded_store_checkpoint_seconds", &self.labels).record(took);
-                if took >= SLOW
-                    && let Some(left_out) = self.slow.admit(Instant::now())
-                {
+                if let Some(left_out) = self.slow.admit(began, took) {
                     tracing::warn!(
                         db = %self.shown,
                         wal_frames,
@@ -210,8 +210,7 @@ impl Checkpointer {
     /// it is tried again [`WAL_TRUNCATE_AFTER_LOW_LOAD`] later (a reader
     /// that holds an old snapshot that long is rare, and each try holds the
     /// write lock while it waits).
-    fn truncate(&self) -> bool {
-        let bytes = self.wal_bytes();
+    fn truncate(&self, bytes: u64) -> bool {
         let began = Instant::now();
         match self
             .conn

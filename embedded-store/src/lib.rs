@@ -51,7 +51,7 @@ use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 /// How durable a commit is before it is acknowledged. One setting for the
@@ -148,14 +148,6 @@ struct Writer {
 /// period, cost 17% of the throughput there; 100 µs cost nothing measurable.
 const INLINE_AFTER_QUIET_US: u64 = 100;
 
-/// A commit or checkpoint at least this slow is logged (WARN) with its
-/// database and duration. Under load a group commit takes about a
-/// millisecond and the writer's own checkpoint (see
-/// [`checkpointer::WRITER_CHECKPOINT_PAGES`]) 10–45 ms on the test
-/// machine; longer means the disk or the file system stalled every write
-/// of the database.
-const SLOW: Duration = Duration::from_millis(50);
-
 impl Writer {
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
@@ -171,8 +163,8 @@ impl Writer {
     /// `embedded_store_committed_writes_total{db,mode}`, whose ratio is the
     /// mean group-commit size — how well writes are being batched — and
     /// `embedded_store_commit_seconds{db,mode}`, from `BEGIN` to the end of
-    /// `COMMIT`. A commit slower than [`SLOW`] is also logged (at most once
-    /// a second): every write of the database waited behind it.
+    /// `COMMIT`. A slow commit is also logged (see [`slow_log`]): every
+    /// write of the database waited behind it.
     fn count_commit(&self, mode: &'static str, writes: usize, began: Instant) {
         let took = began.elapsed();
         let labels = [
@@ -183,9 +175,7 @@ impl Writer {
         metrics::counter!("embedded_store_committed_writes_total", &labels)
             .increment(u64::try_from(writes).unwrap_or(u64::MAX));
         metrics::histogram!("embedded_store_commit_seconds", &labels).record(took);
-        if took >= SLOW
-            && let Some(left_out) = self.slow_commits.admit(Instant::now())
-        {
+        if let Some(left_out) = self.slow_commits.admit(began, took) {
             tracing::warn!(
                 db = &*self.db,
                 mode,
@@ -296,7 +286,7 @@ impl EmbeddedDb {
                 path: path.to_path_buf(),
                 source,
             })?;
-        checkpointer::spawn(path, Arc::downgrade(&writer))?;
+        checkpointer::spawn(path, &writer)?;
         Ok(EmbeddedDb {
             jobs,
             writer,
