@@ -71,10 +71,22 @@ pub enum ErrorClass {
     Permanent,
 }
 
-/// Server error codes that a retry can outlive: interrupted, network,
-/// elections and shutdowns, write conflicts, lock and cursor timeouts.
+/// Server error codes that a retry can outlive, by name:
+/// - network and hosts: HostUnreachable 6, HostNotFound 7, NetworkTimeout 89,
+///   SocketException 9001;
+/// - elections and shutdowns: ShutdownInProgress 91, PrimarySteppedDown 189,
+///   ExceededTimeLimit 262, NotWritablePrimary 10107, InterruptedAtShutdown
+///   11600, InterruptedDueToReplStateChange 11602, NotPrimaryNoSecondaryOk
+///   13435, NotPrimaryOrSecondary 13436;
+/// - interrupted or timed out: MaxTimeMSExpired 50, Interrupted 11601,
+///   LockTimeout 24, LockBusy 46, CursorNotFound 43 (a read started over);
+/// - transactions: WriteConflict 112, NoSuchTransaction 251;
+/// - replication lag: WriteConcernFailed 64 (a `wtimeout`: the write may be
+///   applied, which every caller already allows for, as after a lost
+///   reply), ReadConcernMajorityNotAvailableYet 134.
 const TRANSIENT_CODES: &[i32] = &[
-    6, 7, 89, 91, 112, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 50, 251,
+    6, 7, 24, 43, 46, 50, 64, 89, 91, 112, 134, 189, 251, 262, 9001, 10107, 11600, 11601, 11602,
+    13435, 13436,
 ];
 
 /// How `error` should be treated ([`ErrorClass`]).
@@ -146,6 +158,16 @@ mod tests {
             (112, "WriteConflict", ErrorClass::Transient),
             (91, "ShutdownInProgress", ErrorClass::Transient),
             (10107, "NotWritablePrimary", ErrorClass::Transient),
+            (64, "WriteConcernFailed", ErrorClass::Transient),
+            (24, "LockTimeout", ErrorClass::Transient),
+            (46, "LockBusy", ErrorClass::Transient),
+            (11601, "Interrupted", ErrorClass::Transient),
+            (
+                134,
+                "ReadConcernMajorityNotAvailableYet",
+                ErrorClass::Transient,
+            ),
+            (43, "CursorNotFound", ErrorClass::Transient),
             (10334, "BSONObjectTooLarge", ErrorClass::Permanent),
             (121, "DocumentValidationFailure", ErrorClass::Permanent),
             (14, "TypeMismatch", ErrorClass::Permanent),
@@ -154,6 +176,18 @@ mod tests {
         ] {
             assert_eq!(classify(&server(code, name)), class, "{name}");
         }
+        // A majority write that timed out waiting for replication (a URI
+        // with `wtimeoutMS`) is reported as a write-concern error.
+        let wtimeout = Error::from(ErrorKind::Write(WriteFailure::WriteConcernError(
+            bson::from_document(doc! {
+                "code": 64,
+                "codeName": "WriteConcernFailed",
+                "errmsg": "waiting for replication timed out",
+                "errInfo": { "wtimeout": true },
+            })
+            .expect("write concern error"),
+        )));
+        assert_eq!(classify(&wtimeout), ErrorClass::Transient);
         let io = Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(classify(&io), ErrorClass::Transient);
         assert_eq!(classify(&Error::custom("a refusal")), ErrorClass::Permanent);
