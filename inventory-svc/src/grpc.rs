@@ -136,11 +136,17 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
             .kit
             .batch("deduct_batch", &request, request.get_ref().calls.len())?;
         let calls = request.into_inner().calls;
-        let results = batch::run(calls, |c| async move {
+        let results = batch::run(calls.into_iter().enumerate(), |(i, c)| async move {
+            let Some(request) = c.request else {
+                return Err(validate::invalid(
+                    &format!("calls[{i}].request"),
+                    "must be set",
+                ));
+            };
             let call = self
                 .kit
                 .batched_call("deduct", CallKind::Action, &c.traceparent);
-            self.deduct_one(call, c.request.unwrap_or_default()).await
+            self.deduct_one(call, request).await
         })
         .await;
         let results = results

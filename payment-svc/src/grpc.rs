@@ -103,11 +103,17 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
             .kit
             .batch("charge_batch", &request, request.get_ref().calls.len())?;
         let calls = request.into_inner().calls;
-        let results = batch::run(calls, |c| async move {
+        let results = batch::run(calls.into_iter().enumerate(), |(i, c)| async move {
+            let Some(request) = c.request else {
+                return Err(validate::invalid(
+                    &format!("calls[{i}].request"),
+                    "must be set",
+                ));
+            };
             let call = self
                 .kit
                 .batched_call("charge", CallKind::Action, &c.traceparent);
-            self.charge_one(call, c.request.unwrap_or_default()).await
+            self.charge_one(call, request).await
         })
         .await;
         let results = results

@@ -18,6 +18,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Largest value a millisecond limit flag accepts (`--call-timeout-ms`,
+/// `--lease-ttl-ms`, `--max-wait-ms`, …): 7 days. Nothing needs more, and
+/// the spans derived from these limits (attempts × the longest attempt,
+/// summed over the steps) must stay far inside the range of a `Duration`
+/// and of an i64 of milliseconds, or they would overflow.
+pub const MAX_LIMIT_MS: u64 = 7 * 86_400_000;
+/// Largest attempt budget a flag accepts (`--action-attempts`,
+/// `--compensation-attempts`), for the same reason.
+pub const MAX_ATTEMPTS: u32 = 1_000_000;
+
 /// The orchestrator's default deadline of one participant call (ms).
 pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 5_000;
 /// The orchestrator's default attempts of a forward step.

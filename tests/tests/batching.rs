@@ -100,8 +100,9 @@ async fn a_charge_batch_applies_each_call_as_on_its_own(stack: Stack) {
     let (code, message) = charged(&results[3]).expect_err("no request id");
     assert_eq!(code, Code::InvalidArgument);
     assert!(message.contains("request_id"), "{message}");
-    let (code, _) = charged(&results[5]).expect_err("an empty call");
+    let (code, message) = charged(&results[5]).expect_err("an empty call");
     assert_eq!(code, Code::InvalidArgument);
+    assert_eq!(message, "calls[5].request: must be set");
     let (code, _) = charged(&results[6]).expect_err("unknown customer");
     assert_eq!(code, Code::NotFound);
     // c-3 twice with different amounts, concurrently: whichever is applied
@@ -143,6 +144,7 @@ async fn a_deduct_batch_applies_each_call_as_on_its_own(stack: Stack) {
         deduct("d-3", "sku-unknown", 1),
         deduct("d-1", "sku-apple", 3),
         deduct("d-4", "sku-apple", 0),
+        inventory::DeductCall::default(),
     ];
     let results = stack
         .inventory()
@@ -152,7 +154,7 @@ async fn a_deduct_batch_applies_each_call_as_on_its_own(stack: Stack) {
         .expect("the batch")
         .into_inner()
         .results;
-    assert_eq!(results.len(), 5);
+    assert_eq!(results.len(), 6);
     let first = deducted(&results[0]).expect("d-1");
     let again = deducted(&results[3]).expect("d-1 again");
     assert!(first.replayed != again.replayed, "{first:?} {again:?}");
@@ -163,6 +165,9 @@ async fn a_deduct_batch_applies_each_call_as_on_its_own(stack: Stack) {
     let (code, message) = deducted(&results[4]).expect_err("a zero quantity");
     assert_eq!(code, Code::InvalidArgument);
     assert!(message.contains("lines[0].quantity"), "{message}");
+    let (code, message) = deducted(&results[5]).expect_err("an empty call");
+    assert_eq!(code, Code::InvalidArgument);
+    assert_eq!(message, "calls[5].request: must be set");
     assert_eq!(stack.stock("sku-apple").await, 7, "d-1, once");
 }
 

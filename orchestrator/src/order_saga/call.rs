@@ -133,7 +133,11 @@ pub fn batch_result<T>(result: Option<Result<T, participant::CallError>>) -> Res
 fn record(o: participant::Operation) -> ParticipantRecord {
     let recorded_at_ms = o
         .recorded_at
-        .map(|t| t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000))
+        .map(|t| {
+            t.seconds
+                .saturating_mul(1000)
+                .saturating_add(i64::from(t.nanos / 1_000_000))
+        })
         .unwrap_or_default();
     ParticipantRecord {
         request_id: o.request_id,
