@@ -288,6 +288,22 @@ pub fn resume(saga: &mut Saga, now_ms: i64) -> bool {
     true
 }
 
+/// Stops a saga that can no longer be driven safely (its calls could reach
+/// participants that no longer remember its request ids, see
+/// [`crate::retention::send_window`]): it becomes `Failed` with `detail` as
+/// its reason and waits for a person. Its steps stay as they are: a running
+/// step's effect is unknown, and that is what the person reconciles.
+/// Returns false (and changes nothing) when the saga is already terminal.
+pub fn abandon(saga: &mut Saga, detail: &str, now_ms: i64) -> bool {
+    if saga.status.is_terminal() {
+        return false;
+    }
+    saga.reason = Some(bounded_text(detail.to_owned()));
+    saga.updated_at_ms = now_ms;
+    set_status(saga, SagaStatus::Failed, detail, now_ms);
+    true
+}
+
 /// Records that `lease`'s owner claims the saga to drive it: after the
 /// previous owner's lease expired (a takeover), after it was released at
 /// shutdown, or its own lease after a restart. The history says which, so

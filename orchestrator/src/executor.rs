@@ -143,6 +143,9 @@ pub struct Executor {
     /// When this executor was made (ms since the epoch): leases granted
     /// since are this process's own.
     started_ms: i64,
+    /// How long after its creation a saga's calls may be sent (see
+    /// [`Executor::with_send_window`]); `None`: no limit.
+    send_window: Option<Duration>,
 }
 
 /// A reserved place among the in-flight sagas; released when the saga's
@@ -173,6 +176,7 @@ impl Executor {
             max_in_flight,
             save_every_step: false,
             started_ms: now_ms(),
+            send_window: None,
         }
     }
 
@@ -182,6 +186,16 @@ impl Executor {
     /// ([`engine::claim`]) may still take sagas over.
     pub fn saving_every_step(mut self, every: bool) -> Self {
         self.save_every_step = every;
+        self
+    }
+
+    /// With `window`, no call of a saga is sent once the saga is older than
+    /// `window` ([`crate::retention::send_window`]): the saga is marked
+    /// FAILED instead ([`engine::abandon`]), whatever it was doing. Checked
+    /// before every call, so it also stops a saga resumed after a long
+    /// outage and one whose save waited that long for the store.
+    pub fn with_send_window(mut self, window: Option<Duration>) -> Self {
+        self.send_window = window;
         self
     }
 
@@ -472,6 +486,13 @@ impl Executor {
                 current = work;
                 backoff = self.policy.backoff();
             }
+            if let Some(detail) = self.past_send_window(&saga) {
+                tracing::error!(saga_id = %saga.saga_id, %detail, "saga marked FAILED: past its send window");
+                metrics::counter!("saga_send_window_exceeded_total").increment(1);
+                engine::abandon(&mut saga, &detail, now_ms());
+                self.persist(&mut saga).await?;
+                continue;
+            }
             let step = &saga.steps[i];
             let Some(call) = self.definition.step(&step.name) else {
                 return Err(DriveError::UnknownStep(step.name.clone()));
@@ -560,6 +581,27 @@ impl Executor {
                 }
             }
         }
+    }
+
+    /// Why `saga` must not be sent another call, if it is past the send
+    /// window.
+    fn past_send_window(&self, saga: &Saga) -> Option<String> {
+        let window = self.send_window?;
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let age_ms = now_ms().saturating_sub(saga.created_at_ms);
+        if age_ms <= window_ms {
+            return None;
+        }
+        use service_kit::retention::format_duration;
+        let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
+        Some(format!(
+            "not driven further: created {} ago, past the send window of {} (the participants' \
+             history retention less the longest time one request id's calls take); they may no \
+             longer remember its calls, so a repeated charge or deduct could apply twice and a \
+             refund or restock could find nothing to undo; reconcile it by hand",
+            format_duration(age),
+            format_duration(window)
+        ))
     }
 
     fn past_deadline(&self, step: &Step) -> bool {

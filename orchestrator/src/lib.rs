@@ -148,7 +148,8 @@ pub async fn serve_with_console(
             shutdown.clone(),
             settings.max_in_flight,
         )
-        .saving_every_step(settings.save_every_step),
+        .saving_every_step(settings.save_every_step)
+        .with_send_window(settings.retention.send_window),
     );
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
     let purge = spawn_purge(store.clone(), &settings, shutdown.clone());

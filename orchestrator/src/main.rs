@@ -72,6 +72,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     let limits = config.engine.call_limits(definition.steps().len());
     let history = limits.history_retention(config.history_retention)?;
     settings.retention.retry_window = Some(orchestrator::retention::retry_window(&limits, history));
+    settings.retention.send_window = Some(orchestrator::retention::send_window(&limits, history));
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
     orchestrator::serve_with_console(
@@ -102,6 +103,7 @@ fn log_retention(
         archive_dir = ?retention.archive_dir,
         participants_history_retention_at_least = format_duration(limits.minimum_history_retention()),
         failed_sagas_retryable_for = retention.retry_window.map_or("ever".to_owned(), format_duration),
+        sagas_driven_for = retention.send_window.map_or("ever".to_owned(), format_duration),
         %limits,
         "retention: finished sagas expire after the saga retention (the idempotency window of CreateOrder)"
     );

@@ -39,6 +39,13 @@ pub struct RetentionSettings {
     /// may be gone, and a refund or restock could no longer tell "done"
     /// from "never done", so RetrySaga refuses. `None`: no limit.
     pub retry_window: Option<Duration>,
+    /// How long after its creation a saga's calls may still be sent: the
+    /// participants' history retention less the longest span one request
+    /// id's calls take ([`send_window`]). A saga still unfinished then — its
+    /// orchestrators or its store were down that long — is not driven
+    /// further but marked FAILED for a person, since a repeated charge
+    /// could find its record gone and apply twice. `None`: no limit.
+    pub send_window: Option<Duration>,
 }
 
 impl Default for RetentionSettings {
@@ -49,6 +56,7 @@ impl Default for RetentionSettings {
             archive_dir: None,
             purge_interval: service_kit::retention::DEFAULT_PURGE_INTERVAL,
             retry_window: Some(retry_window(&limits, limits.default_history_retention())),
+            send_window: Some(send_window(&limits, limits.default_history_retention())),
         }
     }
 }
@@ -62,6 +70,20 @@ impl Default for RetentionSettings {
 /// records.
 pub fn retry_window(limits: &service_kit::retention::CallLimits, history: Duration) -> Duration {
     history.saturating_sub(limits.minimum_history_retention())
+}
+
+/// How long after its creation a saga's calls may still be sent, given the
+/// orchestrator's `limits` and the participants' `history` retention: a
+/// participant records a request id no earlier than the saga's creation and
+/// keeps the record `history`; a call sent before the window ends reaches
+/// it within the longest request span, while the record still exists. A
+/// saga driven as usual ends long before (within one span: the window is at
+/// least one span, as the history retention is at least two); only an
+/// outage of every orchestrator, or of the store, that long reaches it.
+/// One span longer than [`retry_window`], which leaves a whole span for the
+/// calls a retry starts.
+pub fn send_window(limits: &service_kit::retention::CallLimits, history: Duration) -> Duration {
+    history.saturating_sub(limits.longest_request_span())
 }
 
 impl RetentionSettings {

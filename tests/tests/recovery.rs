@@ -367,6 +367,79 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
     stack.stop().await;
 }
 
+/// Past its send window (the participants' history retention less the
+/// longest time one request id's calls take) a saga is sent nothing more,
+/// whatever it was doing — its records may be gone, and a repeated deduct
+/// could apply twice: it ends FAILED, naming the window, with its steps as
+/// they were for a person to reconcile, and nothing lands later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person() {
+    let mut stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    stack.halt(Service::Inventory).await;
+    let mut retry = fast_retry();
+    retry.action_attempts = 10_000;
+    retry.step_deadline = Duration::from_secs(600);
+    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let port = listener.local_addr().expect("addr").port();
+    let mut settings = saga_tests::test_settings(retry, port);
+    settings.retention.send_window = Some(Duration::from_millis(700));
+    let orchestrator = saga_tests::serve_orchestrator_with(
+        stack.storage.clone(),
+        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
+        settings,
+        listener,
+    )
+    .await;
+    let saga_id = start_order(
+        orchestrator.addr,
+        "send-window-1",
+        "alice",
+        &[("sku-apple", 1, 100)],
+    )
+    .await;
+    let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(failed.status(), pb::SagaStatus::Failed);
+    assert!(
+        failed.reason.contains("send window of 700ms") && failed.reason.contains("by hand"),
+        "{}",
+        failed.reason
+    );
+    let step = |name: &str| {
+        failed
+            .steps
+            .iter()
+            .find(|s| s.name == name)
+            .cloned()
+            .expect("step")
+    };
+    assert_eq!(step("payment").status(), pb::StepStatus::Succeeded);
+    let deduct = step("inventory");
+    assert_eq!(
+        deduct.status(),
+        pb::StepStatus::Running,
+        "its effect is unknown"
+    );
+    assert!(deduct.attempts > 1, "it was retried within the window");
+    assert_eq!(
+        stack.balance("alice").await,
+        900,
+        "charged, and no refund sent: a person reconciles"
+    );
+
+    // Inventory answers again: the saga stays as it was and no deduct lands.
+    stack.restart(Service::Inventory).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        saga(orchestrator.addr, &saga_id).await.version,
+        failed.version
+    );
+    assert_eq!(stack.stock("sku-apple").await, 10);
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
     let mut stack = Stack::without_orchestrator().await;

@@ -39,6 +39,7 @@ fn sagas(archive: Option<&Path>) -> RetentionSettings {
         archive_dir: archive.map(Path::to_path_buf),
         purge_interval: PURGE_INTERVAL,
         retry_window: None,
+        send_window: None,
     }
 }
 

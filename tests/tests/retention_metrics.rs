@@ -35,6 +35,7 @@ async fn what_the_purges_delete_is_counted_exactly() {
             archive_dir: Some(archive),
             purge_interval: Duration::from_millis(100),
             retry_window: None,
+            send_window: None,
         },
         HistoryRetention {
             keep: Duration::from_secs(2),

@@ -164,6 +164,7 @@ async fn embedded_store_sizes_are_flat_after_the_first_retention_period() {
             archive_dir: None,
             purge_interval: Duration::from_secs(5),
             retry_window: None,
+            send_window: None,
         },
         // Below the default limits' minimum on purpose: this soak's
         // orchestrator uses fast test limits, and the point is the size.

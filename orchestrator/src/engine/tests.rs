@@ -691,3 +691,43 @@ fn only_a_first_attempt_success_whose_intent_is_stored_may_go_unsaved() {
     record(&mut s, Next::Act(0), Outcome::Refused("no".into()), 2);
     assert!(!may_skip_save(&s, Next::Act(0), true));
 }
+
+#[test]
+fn an_abandoned_saga_is_failed_with_its_steps_as_they_were_and_a_terminal_one_is_not_touched() {
+    // Compensating: the refund's effect is unknown and stays so.
+    let mut s = saga();
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(1), Outcome::Refused("no stock".into()), 3);
+    assert_eq!(next(&s), Next::Compensate(0));
+    assert!(abandon(&mut s, "past the send window", 9));
+    assert_eq!(s.status, SagaStatus::Failed);
+    assert_eq!(s.reason.as_deref(), Some("past the send window"));
+    assert_eq!(
+        statuses(&s),
+        [StepStatus::Compensating, StepStatus::Refused]
+    );
+    assert_eq!(next(&s), Next::Done);
+    assert_eq!(s.updated_at_ms, 9);
+    let last = s.history.last().expect("a transition");
+    assert_eq!(
+        (last.from.as_str(), last.to.as_str(), last.detail.as_str()),
+        ("compensating", "failed", "past the send window")
+    );
+
+    // Running: the charge may or may not have been applied.
+    let mut running = saga();
+    assert!(abandon(&mut running, "late", 4));
+    assert_eq!(running.status, SagaStatus::Failed);
+    assert_eq!(
+        statuses(&running),
+        [StepStatus::Running, StepStatus::Pending]
+    );
+
+    // Terminal: nothing changes.
+    let mut done = saga();
+    record(&mut done, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut done, Next::Act(1), Outcome::Succeeded, 3);
+    let before = done.clone();
+    assert!(!abandon(&mut done, "late", 9));
+    assert_eq!(done, before);
+}
