@@ -464,6 +464,12 @@ impl Executor {
 
     /// Runs the saga until it is terminal; returns its final state.
     pub async fn drive(&self, mut saga: Saga) -> Result<Saga, DriveError> {
+        // The step deadline runs from here at the earliest: a step resumed
+        // after a takeover or a restart gets its full deadline again rather
+        // than giving up on its first error because an earlier driver
+        // started it long ago (only the attempt budget, kept in the saga,
+        // spans drivers).
+        let driven_since_ms = now_ms();
         let mut current = Next::Done;
         let mut backoff = self.policy.backoff();
         // Every caller saved the saga right before driving it: the store
@@ -512,7 +518,7 @@ impl Executor {
             let reply = invoke(call, &saga, step, phase)
                 .instrument(span.clone())
                 .await;
-            let outcome = self.outcome(phase, step, attempt, reply);
+            let outcome = self.outcome(phase, step, attempt, driven_since_ms, reply);
             metrics::histogram!(
                 "saga_step_duration_seconds",
                 "step" => step.name.clone(),
@@ -550,7 +556,14 @@ impl Executor {
     /// The engine's outcome of one call: a transient failure is retried
     /// until the attempt budget (or, for an action, the step deadline) is
     /// spent.
-    fn outcome(&self, phase: Phase, step: &Step, attempt: u32, reply: StepOutcome) -> Outcome {
+    fn outcome(
+        &self,
+        phase: Phase,
+        step: &Step,
+        attempt: u32,
+        driven_since_ms: i64,
+        reply: StepOutcome,
+    ) -> Outcome {
         match (phase, reply) {
             (Phase::Action, StepOutcome::Done) => Outcome::Succeeded,
             (Phase::Compensation, StepOutcome::Done) => Outcome::Compensated,
@@ -558,7 +571,7 @@ impl Executor {
             (Phase::Action, StepOutcome::Transient(message)) => {
                 if attempt >= self.policy.action_attempts {
                     Outcome::GaveUp(message)
-                } else if self.past_deadline(step) {
+                } else if self.past_deadline(step, driven_since_ms) {
                     Outcome::GaveUp(format!(
                         "step deadline of {:?} passed; last error {message}",
                         self.policy.step_deadline
@@ -604,10 +617,14 @@ impl Executor {
         ))
     }
 
-    fn past_deadline(&self, step: &Step) -> bool {
+    /// Whether `step` has been failing for its whole deadline, counted from
+    /// when it started or from when this driver took the saga up
+    /// (`driven_since_ms`), whichever is later.
+    fn past_deadline(&self, step: &Step, driven_since_ms: i64) -> bool {
         let deadline = i64::try_from(self.policy.step_deadline.as_millis()).unwrap_or(i64::MAX);
-        step.started_at_ms
-            .is_some_and(|started| now_ms().saturating_sub(started) >= deadline)
+        step.started_at_ms.is_some_and(|started| {
+            now_ms().saturating_sub(started.max(driven_since_ms)) >= deadline
+        })
     }
 
     /// Saves the saga's next version with a renewed lease (none once

@@ -268,7 +268,7 @@ mod tests {
         let short = parse(&["--history-retention", "10m"]).unwrap();
         let why = short.retention.settings().unwrap_err();
         assert!(
-            why.starts_with("--history-retention 10m is below the minimum 27m"),
+            why.starts_with("--history-retention 10m is below the minimum 31m"),
             "{why}"
         );
         let fast = parse(&[

@@ -148,9 +148,10 @@ impl CallLimits {
     /// one request id and the last: every step's forward calls, then every
     /// compensation (a step is compensated only after the later steps'),
     /// and one lease takeover per step (an instance dies, another resumes
-    /// after the lease).
+    /// after the lease and, its step deadline counted from then, may call
+    /// for a second forward span).
     pub fn longest_request_span(&self) -> Duration {
-        (self.forward_span() + self.compensation_span() + self.lease_ttl) * self.steps.max(1)
+        (self.forward_span() * 2 + self.compensation_span() + self.lease_ttl) * self.steps.max(1)
     }
 
     /// The shortest safe operationHistory retention: twice the longest
@@ -483,16 +484,17 @@ mod tests {
     /// The minimum with the orchestrator's defaults, worked out by hand:
     /// an attempt is 2 s (connect) + 5 s + 2×2 s = 11 s; forward
     /// min(5×11, 60) + 5 = 60 s; compensation 30×11 = 330 s; per step
-    /// 60 + 330 + 15 (lease) = 405 s; two steps 810 s; twice that 1,620 s.
+    /// 2×60 (before and after a takeover) + 330 + 15 (lease) = 465 s; two
+    /// steps 930 s; twice that 1,860 s.
     #[test]
     fn the_minimum_history_retention_follows_the_orchestrator_limits() {
         let limits = CallLimits::default();
         assert_eq!(limits.forward_span(), Duration::from_secs(60));
         assert_eq!(limits.compensation_span(), Duration::from_secs(330));
-        assert_eq!(limits.longest_request_span(), Duration::from_secs(810));
+        assert_eq!(limits.longest_request_span(), Duration::from_secs(930));
         assert_eq!(
             limits.minimum_history_retention(),
-            Duration::from_secs(1_620)
+            Duration::from_secs(1_860)
         );
         assert_eq!(limits.default_history_retention(), DEFAULT_SAGA_RETENTION);
         // The step deadline caps many attempts.
@@ -509,13 +511,13 @@ mod tests {
         assert!(slow.default_history_retention() > DEFAULT_SAGA_RETENTION);
         assert!(
             limits
-                .check_history_retention(Duration::from_secs(1_620))
+                .check_history_retention(Duration::from_secs(1_860))
                 .is_ok()
         );
         let refused = limits
             .check_history_retention(Duration::from_secs(600))
             .unwrap_err();
-        assert!(refused.contains("below the minimum 27m"), "{refused}");
+        assert!(refused.contains("below the minimum 31m"), "{refused}");
         assert!(!refused.contains('\n'), "{refused}");
     }
 }

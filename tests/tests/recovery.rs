@@ -100,6 +100,64 @@ async fn a_crashed_orchestrator_resumes_its_sagas_at_once_on_restart() {
     stack.stop().await;
 }
 
+/// The step deadline runs per driver: a step that an earlier run of the
+/// instance started longer ago than the deadline is, once resumed, retried
+/// for a whole deadline again — not given up (and the order cancelled) on
+/// the first error after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_step_gets_its_whole_deadline_again() {
+    let mut stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let storage = stack.storage.clone();
+    stack.halt(Service::Inventory).await;
+    let with_deadline = || {
+        let mut s = settings("instance-a", 60_000);
+        s.retry.step_deadline = Duration::from_millis(1_000);
+        s
+    };
+    let first = crashable(storage.clone(), &stack, with_deadline());
+    let saga_id = start_order(
+        first.addr,
+        "deadline-restart-1",
+        "alice",
+        &[("sku-apple", 1, 100)],
+    )
+    .await;
+    until(first.addr, &saga_id, "deduct retries", |s| {
+        s.steps
+            .iter()
+            .any(|st| st.name == "inventory" && st.attempts >= 2)
+    })
+    .await;
+    tokio::task::block_in_place(|| first.crash());
+    // Past the deadline counted from the step's start.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    let second = crashable(storage, &stack, with_deadline());
+    until(second.addr, &saga_id, "retries after the restart", |s| {
+        s.history.iter().any(|t| t.detail.starts_with("resumed by"))
+            && s.steps
+                .iter()
+                .any(|st| st.name == "inventory" && st.attempts >= 4)
+    })
+    .await;
+    let retrying = saga(second.addr, &saga_id).await;
+    assert_eq!(
+        retrying.status(),
+        pb::SagaStatus::Running,
+        "not given up: {}",
+        retrying.reason
+    );
+    stack.restart(Service::Inventory).await;
+    let done = wait_terminal(second.addr, &saga_id, Duration::from_secs(15)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed, "{}", done.reason);
+    assert_eq!(stack.balance("alice").await, 900, "charged once");
+    assert_eq!(stack.stock("sku-apple").await, 9, "deducted once");
+    tokio::task::block_in_place(|| second.crash());
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_instance_takes_over_a_saga_whose_lease_expired() {
     let mut stack = Stack::without_orchestrator().await;

@@ -389,7 +389,7 @@ fn a_participant_refuses_a_history_retention_below_the_minimum() {
         assert_eq!(lines.len(), 1, "{name}: one line:\n{stderr}");
         assert!(
             lines[0].starts_with(&format!(
-                "{name}: --history-retention 10m is below the minimum 27m"
+                "{name}: --history-retention 10m is below the minimum 31m"
             )),
             "{stderr}"
         );
