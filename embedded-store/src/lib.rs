@@ -45,7 +45,10 @@
 #![warn(missing_docs)]
 
 mod checkpointer;
+mod error_class;
 mod slow_log;
+
+pub use error_class::{ErrorClass, classify};
 
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};

@@ -134,16 +134,28 @@ impl<E: std::fmt::Display> From<BarrierError<E>> for ParticipantError {
     }
 }
 
+/// Stored data that cannot be read as written (a corrupt file, a value of
+/// another type) is INTERNAL, logged at ERROR for a person, like the
+/// barrier's own finding of an impossible record; anything else SQLite
+/// reports is UNAVAILABLE, for the caller to retry.
 impl From<DbError> for ParticipantError {
     fn from(e: DbError) -> Self {
-        ParticipantError::Store(e.to_string())
+        participant_error(e.class(), e.to_string())
     }
 }
 
 impl From<rusqlite::Error> for ParticipantError {
     fn from(e: rusqlite::Error) -> Self {
-        ParticipantError::Store(e.to_string())
+        participant_error(embedded_store::classify(&e), e.to_string())
     }
+}
+
+fn participant_error(class: embedded_store::ErrorClass, message: String) -> ParticipantError {
+    if class == embedded_store::ErrorClass::Corrupt {
+        tracing::error!(error = %message, "stored data needs a person");
+        return ParticipantError::Corrupt(message);
+    }
+    ParticipantError::Store(message)
 }
 
 impl From<ParticipantError> for Status {
@@ -174,6 +186,40 @@ mod tests {
             let r = Refusal::new(reason, "customer \"bob\": balance 10 < 20: see");
             assert_eq!(Refusal::decode(&r.encode()), r);
         }
+    }
+
+    /// Stored data that cannot be read is INTERNAL for a person; a busy or
+    /// refused statement stays UNAVAILABLE, for the caller to retry.
+    #[test]
+    fn unreadable_stored_data_is_internal_and_the_rest_of_sqlite_unavailable() {
+        use tonic::Code;
+        let unreadable = rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            "an unknown status".into(),
+        );
+        assert_eq!(
+            Status::from(ParticipantError::from(unreadable)).code(),
+            Code::Internal
+        );
+        let failure = |code| {
+            ParticipantError::from(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                None,
+            ))
+        };
+        assert_eq!(
+            Status::from(failure(rusqlite::ffi::SQLITE_CORRUPT)).code(),
+            Code::Internal
+        );
+        assert_eq!(
+            Status::from(failure(rusqlite::ffi::SQLITE_BUSY)).code(),
+            Code::Unavailable
+        );
+        assert_eq!(
+            Status::from(ParticipantError::from(DbError::WriterGone)).code(),
+            Code::Unavailable
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::{
 };
 use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
-use embedded_store::{DbError, Durability, EmbeddedDb};
+use embedded_store::{DbError, Durability, EmbeddedDb, ErrorClass};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 
@@ -153,15 +153,27 @@ fn has_column(conn: &Connection, column: &str) -> Result<bool, rusqlite::Error> 
     )
 }
 
+/// A store error by what the executor should do about it: wait out what
+/// passes; stop and flag the saga for what does not (a corrupt file, a
+/// read-only one, a refused statement), rather than wait forever in
+/// silence.
 impl From<DbError> for StoreError {
     fn from(e: DbError) -> Self {
-        StoreError::Unavailable(e.to_string())
+        store_error(e.class(), e.to_string())
     }
 }
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Unavailable(e.to_string())
+        store_error(embedded_store::classify(&e), e.to_string())
+    }
+}
+
+fn store_error(class: ErrorClass, message: String) -> StoreError {
+    match class {
+        ErrorClass::Transient => StoreError::Unavailable(message),
+        ErrorClass::Corrupt => StoreError::Corrupt(message),
+        ErrorClass::Rejected => StoreError::Rejected(message),
     }
 }
 
@@ -569,6 +581,38 @@ mod tests {
     use super::*;
     use crate::engine::{self, StepNames};
     use crate::saga::{Order, OrderItem};
+
+    /// What passes is waited out; a corrupt or read-only file and a refused
+    /// statement stop the driver and flag the saga (see `Executor::persist`).
+    #[test]
+    fn sqlite_failures_map_to_what_the_executor_does_about_them() {
+        let failure = |code| {
+            StoreError::from(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                None,
+            ))
+        };
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_BUSY),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_FULL),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_CORRUPT),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            failure(rusqlite::ffi::SQLITE_READONLY),
+            StoreError::Rejected(_)
+        ));
+        assert!(matches!(
+            StoreError::from(DbError::WriterGone),
+            StoreError::Unavailable(_)
+        ));
+    }
 
     fn saga(saga_id: &str, customer_id: &str) -> Saga {
         let steps = [StepNames {
