@@ -37,20 +37,18 @@ pub struct NewOrder {
 }
 
 impl NewOrder {
-    /// What a duplicate CreateOrder must repeat exactly.
-    fn fingerprint(&self) -> Fingerprint {
+    /// The digest of what a duplicate CreateOrder must repeat exactly (a
+    /// differing field is named from the stored order, [`order_fields`]).
+    fn fingerprint(&self) -> String {
         let items: Vec<_> = self
             .items
             .iter()
             .map(|i| (&i.product_id, i.quantity, i.unit_price_cents))
             .collect();
-        Fingerprint::with_fields(
-            [
-                ("customer_id", self.customer_id.clone()),
-                ("items", format!("{items:?}")),
-            ],
-            order_fields(&self.customer_id, &self.items),
-        )
+        Fingerprint::digest_of([
+            ("customer_id", self.customer_id.clone()),
+            ("items", format!("{items:?}")),
+        ])
     }
 }
 
@@ -202,7 +200,7 @@ impl Orchestrator {
             self.executor.definition().names(),
             saga_id,
             order.request_id,
-            fingerprint.as_str().to_owned(),
+            fingerprint,
             domain,
             now_ms(),
         );

@@ -245,19 +245,28 @@ mod tests {
     use super::*;
 
     /// With every default, a FAILED saga stays retryable for the
-    /// participants' default history retention (7 days) less the 27 min a
-    /// retry's calls may take; a history retention at the minimum leaves
-    /// no window at all.
+    /// participants' default history retention (7 days) less the 31 min a
+    /// retry's calls may take, and a saga's calls are sent for one span
+    /// (15.5 min) longer; a history retention at the minimum leaves no
+    /// retry window at all, and a send window of one span.
     #[test]
     fn the_retry_window_is_the_history_retention_less_a_retrys_span() {
         let limits = service_kit::retention::CallLimits::default();
         assert_eq!(
             limits.minimum_history_retention(),
-            Duration::from_secs(27 * 60)
+            Duration::from_secs(31 * 60)
         );
         assert_eq!(
             RetentionSettings::default().retry_window,
-            Some(Duration::from_secs(7 * 24 * 3600 - 27 * 60))
+            Some(Duration::from_secs(7 * 24 * 3600 - 31 * 60))
+        );
+        assert_eq!(
+            RetentionSettings::default().send_window,
+            Some(Duration::from_secs(7 * 24 * 3600 - 930))
+        );
+        assert_eq!(
+            send_window(&limits, limits.minimum_history_retention()),
+            limits.longest_request_span()
         );
         assert_eq!(
             retry_window(&limits, limits.minimum_history_retention()),

@@ -48,15 +48,7 @@ impl Fingerprint {
         digest_fields: impl IntoIterator<Item = (&'a str, String)>,
         fields: Vec<(String, String)>,
     ) -> Self {
-        let mut description = String::new();
-        for (name, value) in digest_fields {
-            if !description.is_empty() {
-                description.push(' ');
-            }
-            description.push_str(name);
-            description.push('=');
-            description.push_str(&value);
-        }
+        let mut description = describe(digest_fields);
         let digest = hex::encode(Sha256::digest(description.as_bytes()));
         if description.len() > MAX_DESCRIPTION {
             let mut cut = MAX_DESCRIPTION;
@@ -71,6 +63,13 @@ impl Fingerprint {
             description,
             fields,
         }
+    }
+
+    /// The digest of [`Fingerprint::with_fields`] alone, for a caller that
+    /// keeps nothing else (the orchestrator: a saga stores its order, from
+    /// which a differing field is worked out when a duplicate comes).
+    pub fn digest_of<'a>(digest_fields: impl IntoIterator<Item = (&'a str, String)>) -> String {
+        hex::encode(Sha256::digest(describe(digest_fields).as_bytes()))
     }
 
     /// The hex digest that decides "same parameters".
@@ -103,6 +102,20 @@ impl Fingerprint {
             Err(_) => format!("{recorded} recorded, {} received", self.describe()),
         }
     }
+}
+
+/// `name=value` pairs joined by spaces: what the digest is computed over.
+fn describe<'a>(fields: impl IntoIterator<Item = (&'a str, String)>) -> String {
+    let mut description = String::new();
+    for (name, value) in fields {
+        if !description.is_empty() {
+            description.push(' ');
+        }
+        description.push_str(name);
+        description.push('=');
+        description.push_str(&value);
+    }
+    description
 }
 
 /// The first field (in the order the fields were listed) whose value
@@ -169,6 +182,28 @@ mod tests {
         assert_eq!(
             a.as_str(),
             hex::encode(Sha256::digest(b"customer_id=alice amount_cents=100"))
+        );
+    }
+
+    /// The orchestrator keeps the digest alone: it must be the one the
+    /// full fingerprint (and earlier versions) computed, also past the
+    /// length at which the description is cut.
+    #[test]
+    fn the_digest_alone_is_the_full_fingerprints_digest() {
+        let long = "y".repeat(1000);
+        for fields in [
+            vec![
+                ("customer_id", "alice".to_owned()),
+                ("items", "[(\"sku\", 1, 5)]".to_owned()),
+            ],
+            vec![("items", long)],
+        ] {
+            let full = Fingerprint::with_fields(fields.clone(), Vec::new());
+            assert_eq!(Fingerprint::digest_of(fields), full.as_str());
+        }
+        assert_eq!(
+            Fingerprint::digest_of([("customer_id", "alice".into())]),
+            hex::encode(Sha256::digest(b"customer_id=alice"))
         );
     }
 
