@@ -553,7 +553,7 @@ where
 }
 
 /// A driver error as the participant reports it: a refusal carried through
-/// the driver as is; stored data of the wrong type as corrupt (DATA_LOSS,
+/// the driver as is; stored data of the wrong type as corrupt (INTERNAL,
 /// logged at ERROR — a person must fix the document); anything else as
 /// UNAVAILABLE, for the caller to retry.
 pub fn participant_error(e: Error) -> ParticipantError {
