@@ -192,8 +192,7 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     let mut settings = config.engine.settings(config.orchestrator_listen)?;
     settings.retention = retention;
     let limits = config.engine.call_limits(definition.steps().len());
-    settings.retention.retry_window =
-        Some(orchestrator::retention::retry_window(&limits, history.keep));
+    settings.retention.set_windows(&limits, history.keep);
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
     let demo = tokio::spawn(demo_orders(config.clone(), addrs.orchestrator.clone()));
     let result = orchestrator::serve_with_console(

@@ -71,8 +71,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     settings.retention = retention;
     let limits = config.engine.call_limits(definition.steps().len());
     let history = limits.history_retention(config.history_retention)?;
-    settings.retention.retry_window = Some(orchestrator::retention::retry_window(&limits, history));
-    settings.retention.send_window = Some(orchestrator::retention::send_window(&limits, history));
+    settings.retention.set_windows(&limits, history);
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
     orchestrator::serve_with_console(

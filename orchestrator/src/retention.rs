@@ -87,6 +87,13 @@ pub fn send_window(limits: &service_kit::retention::CallLimits, history: Duratio
 }
 
 impl RetentionSettings {
+    /// Sets the retry and send windows the participants' `history`
+    /// retention gives under the orchestrator's `limits`.
+    pub fn set_windows(&mut self, limits: &service_kit::retention::CallLimits, history: Duration) {
+        self.retry_window = Some(retry_window(limits, history));
+        self.send_window = Some(send_window(limits, history));
+    }
+
     /// What the store must know: how long to keep, whether archiving.
     pub fn store(&self) -> crate::store::SagaRetention {
         crate::store::SagaRetention {
