@@ -193,6 +193,7 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     settings.retention = retention;
     let limits = config.engine.call_limits(definition.steps().len());
     settings.retention.set_windows(&limits, history.keep);
+    settings.console = config.console.settings();
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
     let demo = tokio::spawn(demo_orders(config.clone(), addrs.orchestrator.clone()));
     let result = orchestrator::serve_with_console(

@@ -217,6 +217,7 @@ impl EngineConfig {
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
             save_every_step: self.save_every_step,
             retention: crate::retention::RetentionSettings::default(),
+            console: crate::console::ConsoleSettings::default(),
         })
     }
 }
@@ -268,9 +269,32 @@ pub struct ConsoleConfig {
     /// Serve no console.
     #[arg(long, env = "NO_CONSOLE")]
     pub no_console: bool,
+    /// A host name the console answers to besides IP addresses and
+    /// localhost, e.g. the public name of a proxy in front of it; pages
+    /// there may also retry. Repeat the flag, or separate names with commas
+    /// in the environment. Any other name is refused (403), so that a web
+    /// page elsewhere cannot point its own name at the console.
+    #[arg(
+        long = "console-allowed-host",
+        env = "CONSOLE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub console_allowed_hosts: Vec<String>,
+    /// Most sagas followed live at once (each an open event stream polling
+    /// the store); one more is answered 429.
+    #[arg(long, env = "CONSOLE_MAX_STREAMS", default_value_t = crate::console::DEFAULT_MAX_STREAMS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub console_max_streams: usize,
 }
 
 impl ConsoleConfig {
+    /// The console's settings beyond its listener.
+    pub fn settings(&self) -> crate::console::ConsoleSettings {
+        crate::console::ConsoleSettings {
+            allowed_hosts: crate::console::hosts::AllowedHosts::new(&self.console_allowed_hosts),
+            max_streams: self.console_max_streams,
+        }
+    }
+
     /// Where the console listens, `None` with `--no-console`.
     pub fn listen(&self) -> Option<SocketAddr> {
         (!self.no_console).then_some(self.console_listen)

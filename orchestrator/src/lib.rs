@@ -72,6 +72,8 @@ pub struct Settings {
     /// The store must have been opened with the same
     /// ([`retention::RetentionSettings::store`]).
     pub retention: retention::RetentionSettings,
+    /// The hosts the console answers to and its cap on live streams.
+    pub console: console::ConsoleSettings,
 }
 
 impl Default for Settings {
@@ -84,6 +86,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(10),
             save_every_step: false,
             retention: retention::RetentionSettings::default(),
+            console: console::ConsoleSettings::default(),
         }
     }
 }
@@ -161,6 +164,7 @@ pub async fn serve_with_console(
         tokio::spawn(console::serve(
             app.clone(),
             options.admin.clone(),
+            settings.console.clone(),
             listener,
             shutdown.clone(),
         ))

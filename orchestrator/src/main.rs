@@ -72,6 +72,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     let limits = config.engine.call_limits(definition.steps().len());
     let history = limits.history_retention(config.history_retention)?;
     settings.retention.set_windows(&limits, history);
+    settings.console = config.console.settings();
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
     orchestrator::serve_with_console(

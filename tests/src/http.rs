@@ -14,11 +14,29 @@ use tokio::net::TcpStream;
 /// test) when the server cannot be reached, takes over 10 s, or answers
 /// something that is not HTTP.
 pub async fn get(addr: impl Display, path: &str) -> (u16, String) {
+    request(addr, "GET", path, &[]).await
+}
+
+/// `method` on `http://<addr><path>` with `headers` beside the usual ones
+/// (a `Host` among them replaces the address), as [`get`] does.
+pub async fn request(
+    addr: impl Display,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let addr = addr.to_string();
     let mut stream = TcpStream::connect(&addr)
         .await
         .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("Content-Length: 0\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await

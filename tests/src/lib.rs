@@ -338,6 +338,7 @@ pub fn instance_settings(owner: &str, ttl: Duration, retry: RetryPolicy) -> orch
         shutdown_grace: Duration::from_secs(5),
         save_every_step: false,
         retention: Default::default(),
+        console: Default::default(),
     }
 }
 

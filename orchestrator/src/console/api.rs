@@ -284,7 +284,7 @@ pub async fn retry(
     Path(saga_id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult {
-    same_origin(&headers)?;
+    same_origin(&headers, &console.hosts)?;
     console
         .admin
         .check(&tonic::metadata::MetadataMap::from_headers(headers))?;
@@ -293,11 +293,37 @@ pub async fn retry(
     Ok(Json(json::saga(&convert::saga(saga))))
 }
 
+/// Refuses a request whose `Host` (or HTTP/2 authority) is not one the
+/// console answers to ([`super::hosts`]): a DNS name pointed at this
+/// machine by a page elsewhere.
+pub async fn answered_host(
+    State(console): State<Arc<Console>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = match request.headers().get(header::HOST) {
+        Some(host) => Some(host.to_str().unwrap_or_default().to_owned()),
+        None => request.uri().authority().map(|a| a.as_str().to_owned()),
+    };
+    match host {
+        Some(host) if !console.hosts.admits_host(&host) => {
+            ApiError(Status::permission_denied(format!(
+                "this console does not answer to the host {host:?}: it answers to IP addresses, \
+                 localhost and the names given with --console-allowed-host (a page elsewhere \
+                 may not point its own name at it)"
+            )))
+            .into_response()
+        }
+        _ => next.run(request).await,
+    }
+}
+
 /// Refuses a POST a browser sent from a page of another origin (its
-/// `Origin` names another host than the one it asked): without a token
-/// configured, such a request must not be able to retry sagas. Clients
-/// that send no `Origin` (curl) are not browsers on another site.
-fn same_origin(headers: &HeaderMap) -> Result<(), Status> {
+/// `Origin` names another host than the one it asked, and not one of the
+/// configured names): without a token configured, such a request must not
+/// be able to retry sagas. Clients that send no `Origin` (curl) are not
+/// browsers on another site.
+fn same_origin(headers: &HeaderMap, hosts: &super::hosts::AllowedHosts) -> Result<(), Status> {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
@@ -309,6 +335,7 @@ fn same_origin(headers: &HeaderMap) -> Result<(), Status> {
         .map(|(_, rest)| rest);
     match (origin_host, host) {
         (Some(origin), Some(host)) if origin.eq_ignore_ascii_case(host) => Ok(()),
+        (Some(origin), _) if hosts.admits_origin(origin) => Ok(()),
         _ => Err(Status::permission_denied(
             "a page of another origin may not retry sagas",
         )),
@@ -385,9 +412,15 @@ mod tests {
             }
             h
         };
-        assert!(same_origin(&headers(None)).is_ok());
-        assert!(same_origin(&headers(Some("http://127.0.0.1:8080"))).is_ok());
-        assert!(same_origin(&headers(Some("https://evil.example"))).is_err());
-        assert!(same_origin(&headers(Some("null"))).is_err());
+        let none = super::super::hosts::AllowedHosts::default();
+        assert!(same_origin(&headers(None), &none).is_ok());
+        assert!(same_origin(&headers(Some("http://127.0.0.1:8080")), &none).is_ok());
+        assert!(same_origin(&headers(Some("https://evil.example")), &none).is_err());
+        assert!(same_origin(&headers(Some("null")), &none).is_err());
+        // Behind a proxy: the page's origin is the configured public name,
+        // the Host the proxy sends is the upstream address.
+        let proxy = super::super::hosts::AllowedHosts::new(["console.example.com"]);
+        assert!(same_origin(&headers(Some("https://console.example.com")), &proxy).is_ok());
+        assert!(same_origin(&headers(Some("https://evil.example")), &proxy).is_err());
     }
 }

@@ -33,10 +33,18 @@ pub async fn follow(
     Path(saga_id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     validate::id("saga_id", &saga_id)?;
+    // Held as long as the stream: each open stream is a connection and a
+    // poll of the store, so their number is capped.
+    let permit = console.streams.clone().try_acquire_owned().map_err(|_| {
+        ApiError(tonic::Status::resource_exhausted(
+            "too many sagas followed live at once; close some pages or raise --console-max-streams",
+        ))
+    })?;
     // Boxed: the stream outlives this call and its borrowed arguments.
     let states: Pin<Box<dyn Stream<Item = Saga> + Send>> =
         Box::pin(console.app.watch(&saga_id).await?);
-    let events = states.map(|saga| {
+    let events = states.map(move |saga| {
+        let _held = &permit;
         let version = saga.version;
         let body = json::saga(&convert::saga(saga));
         Ok(Event::default()

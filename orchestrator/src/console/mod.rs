@@ -23,19 +23,49 @@
 //! `Authorization: Bearer`, checked with the orchestrator's admin
 //! [`TokenAuth`] (refused 401 without it once one is configured). The
 //! console never stores the token; the page keeps it in memory only.
+//!
+//! Every request names a host the console answers to ([`hosts`]: no DNS
+//! rebinding), and live event streams are capped
+//! ([`ConsoleSettings::max_streams`]), each holding a store poll and a
+//! connection.
 
 pub mod api;
 pub mod events;
+pub mod hosts;
 pub mod json;
 pub mod pages;
 
 use crate::app::Orchestrator;
 use axum::Router;
 use axum::routing::{get, post};
+use hosts::AllowedHosts;
 use service_kit::auth::TokenAuth;
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Live event streams open at once by default.
+pub const DEFAULT_MAX_STREAMS: usize = 256;
+
+/// How the console is served beyond its listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    /// Host names answered besides IP addresses and localhost, whose pages
+    /// may also retry (`--console-allowed-host`: a proxy's public name).
+    pub allowed_hosts: AllowedHosts,
+    /// Most live event streams at once; one more is answered 429.
+    pub max_streams: usize,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        ConsoleSettings {
+            allowed_hosts: AllowedHosts::default(),
+            max_streams: DEFAULT_MAX_STREAMS,
+        }
+    }
+}
 
 /// What every console handler reads through.
 pub struct Console {
@@ -43,6 +73,24 @@ pub struct Console {
     pub app: Arc<Orchestrator>,
     /// Who may retry (the gRPC RetrySaga's admin token).
     pub admin: TokenAuth,
+    /// The hosts answered, and the other origins that may retry.
+    pub hosts: AllowedHosts,
+    /// One permit per open event stream.
+    pub streams: Arc<Semaphore>,
+}
+
+impl Console {
+    /// The console of `app`, served as `settings` say.
+    pub fn new(app: Arc<Orchestrator>, admin: TokenAuth, settings: &ConsoleSettings) -> Self {
+        Console {
+            app,
+            admin,
+            hosts: settings.allowed_hosts.clone(),
+            streams: Arc::new(Semaphore::new(
+                settings.max_streams.clamp(1, Semaphore::MAX_PERMITS),
+            )),
+        }
+    }
 }
 
 /// The console's routes: pages, assets and the JSON API.
@@ -59,6 +107,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/sagas/{saga_id}/events", get(events::follow))
         .route("/api/sagas/{saga_id}/retry", post(api::retry))
         .fallback(api::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            api::answered_host,
+        ))
         .layer(axum::middleware::map_response(pages::security_headers))
         .with_state(console)
 }
@@ -68,10 +120,11 @@ pub fn router(console: Arc<Console>) -> Router {
 pub async fn serve(
     app: Arc<Orchestrator>,
     admin: TokenAuth,
+    settings: ConsoleSettings,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
-    let router = router(Arc::new(Console { app, admin }));
+    let router = router(Arc::new(Console::new(app, admin, &settings)));
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.wait().await })
         .await

@@ -1,0 +1,156 @@
+//! The console answers only to hosts it knows (no DNS rebinding: a page
+//! elsewhere pointing its own name at the console is refused), lets a
+//! configured proxy name retry, and caps the sagas followed live at once.
+//! Plain HTTP over a socket, so every header is exactly what is sent.
+
+use orchestrator::console::ConsoleSettings;
+use orchestrator::console::hosts::AllowedHosts;
+use saga_tests::http::request;
+use saga_tests::{Service, Stack, fast_retry, start_order};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A stack whose inventory is down (sagas stay RUNNING, so their event
+/// streams stay open) and whose console allows `console.example.com` and
+/// at most one live stream.
+async fn stack() -> (Stack, saga_tests::Running, std::net::SocketAddr) {
+    let mut stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    stack.halt(Service::Inventory).await;
+    let mut retry = fast_retry();
+    retry.action_attempts = 10_000;
+    retry.step_deadline = Duration::from_secs(600);
+    let grpc = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let console = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let console_addr = console.local_addr().expect("addr");
+    let mut settings = saga_tests::test_settings(retry, grpc.local_addr().expect("addr").port());
+    settings.console = ConsoleSettings {
+        allowed_hosts: AllowedHosts::new(["console.example.com"]),
+        max_streams: 1,
+    };
+    let orchestrator = saga_tests::serve_orchestrator_with_console(
+        stack.storage.clone(),
+        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
+        settings,
+        service_kit::server::ServeOptions::default(),
+        grpc,
+        Some(console),
+    )
+    .await;
+    (stack, orchestrator, console_addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_pointed_at_the_console_by_a_page_elsewhere_is_refused() {
+    let (stack, orchestrator, console) = stack().await;
+    let port = console.port();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "console.example.com".to_owned(),
+    ] {
+        let (code, body) = request(console, "GET", "/api/sagas", &[("Host", &host)]).await;
+        assert_eq!(code, 200, "{host}: {body}");
+    }
+    for path in ["/api/sagas", "/", "/api/sagas/x/retry"] {
+        let method = if path.ends_with("retry") {
+            "POST"
+        } else {
+            "GET"
+        };
+        let (code, body) = request(
+            console,
+            method,
+            path,
+            &[("Host", &format!("evil.example:{port}"))],
+        )
+        .await;
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(
+            body.contains("does not answer to the host") && body.contains("evil.example"),
+            "{body}"
+        );
+    }
+
+    // Retry from a page at the configured proxy name passes the origin
+    // check (and finds no such saga); from any other origin it does not.
+    let proxied = [
+        ("Host", "127.0.0.1:8080"),
+        ("Origin", "https://console.example.com"),
+    ];
+    let (code, body) = request(console, "POST", "/api/sagas/nope/retry", &proxied).await;
+    assert_eq!(code, 404, "{body}");
+    let elsewhere = [("Origin", "https://evil.example")];
+    let (code, body) = request(console, "POST", "/api/sagas/nope/retry", &elsewhere).await;
+    assert_eq!(code, 403, "{body}");
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
+/// Opens `GET <path>` and returns the status once the head has arrived,
+/// with the connection still open (an event stream stays open until the
+/// saga ends).
+async fn open(addr: std::net::SocketAddr, path: &str) -> (u16, TcpStream) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte))
+            .await
+            .expect("a head within 10 s")
+            .expect("read");
+        assert_eq!(n, 1, "the connection closed before the head ended");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status");
+    (code, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sagas_followed_live_are_capped_and_a_closed_stream_frees_its_place() {
+    let (stack, orchestrator, console) = stack().await;
+    let saga_id = start_order(
+        orchestrator.addr,
+        "live-1",
+        "alice",
+        &[("sku-apple", 1, 100)],
+    )
+    .await;
+    let path = format!("/api/sagas/{saga_id}/events");
+    let (code, first) = open(console, &path).await;
+    assert_eq!(code, 200);
+    let (code, body) = request(console, "GET", &path, &[]).await;
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("--console-max-streams"), "{body}");
+    // Other requests are not affected.
+    assert_eq!(request(console, "GET", "/api/sagas", &[]).await.0, 200);
+    drop(first);
+    // The server sees the closed stream at its next write (an event or a
+    // keep-alive): wait for the place to come back.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, stream) = open(console, &path).await;
+        if code == 200 {
+            drop(stream);
+            break;
+        }
+        assert_eq!(code, 429);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed stream's place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    orchestrator.stop().await;
+    stack.stop().await;
+}
