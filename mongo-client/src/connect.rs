@@ -126,15 +126,21 @@ pub async fn connect(
 }
 
 /// The client options of `uri` for service `app_name`: its app name, a
-/// server selection timeout, write concern majority + journal unless the
-/// URI sets one, and command monitoring.
+/// server selection timeout, write concern majority + journal for each of
+/// the two the URI does not set (a URI with only `wtimeoutMS` or
+/// `journal` still writes to a majority: the driver makes a write concern
+/// of whatever the URI names, and `w` left out would be the server's
+/// default, `w:1` on many replica sets — a write a failover can roll back
+/// after a participant reported it), and command monitoring.
 pub async fn options(uri: &str, app_name: &str) -> Result<ClientOptions, Error> {
     let mut options = ClientOptions::parse(uri).await?;
     options.app_name.get_or_insert_with(|| app_name.to_owned());
     options
         .server_selection_timeout
         .get_or_insert(SERVER_SELECTION_TIMEOUT);
-    options.write_concern.get_or_insert_with(durable);
+    let concern = options.write_concern.get_or_insert_with(durable);
+    concern.w.get_or_insert(Acknowledgment::Majority);
+    concern.journal.get_or_insert(true);
     options.command_event_handler = Some(crate::monitor::handler(app_name));
     Ok(options)
 }
@@ -275,6 +281,21 @@ mod tests {
             .unwrap();
         let concern = chosen.write_concern.unwrap();
         assert_eq!(concern.w, Some(Acknowledgment::Nodes(1)));
+        assert_eq!(concern.journal, Some(false));
+        // Only a timeout: still a majority, journaled, with that timeout.
+        let timeout_only = options("mongodb://127.0.0.1:1/?wtimeoutMS=1000", "t")
+            .await
+            .unwrap();
+        let concern = timeout_only.write_concern.unwrap();
+        assert_eq!(concern.w, Some(Acknowledgment::Majority));
+        assert_eq!(concern.journal, Some(true));
+        assert_eq!(concern.w_timeout, Some(Duration::from_millis(1000)));
+        // Only the journal: a majority still.
+        let journal_only = options("mongodb://127.0.0.1:1/?journal=false", "t")
+            .await
+            .unwrap();
+        let concern = journal_only.write_concern.unwrap();
+        assert_eq!(concern.w, Some(Acknowledgment::Majority));
         assert_eq!(concern.journal, Some(false));
     }
 
