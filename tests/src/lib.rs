@@ -321,6 +321,37 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
+/// Retries that do not run out of attempts (10,000), with `step_deadline`:
+/// a failing step goes on until the deadline or the test says otherwise.
+pub fn retry_until(step_deadline: Duration) -> RetryPolicy {
+    RetryPolicy {
+        action_attempts: 10_000,
+        step_deadline,
+        ..fast_retry()
+    }
+}
+
+/// The order saga's orchestrator over `stack`'s participants and store, on
+/// a free port, with the test settings for `retry` as `adjust` changes
+/// them.
+pub async fn serve_order_orchestrator(
+    stack: &Stack,
+    retry: RetryPolicy,
+    adjust: impl FnOnce(&mut orchestrator::Settings),
+) -> Running {
+    let listener = listener("127.0.0.1:0".parse().expect("addr")).await;
+    let port = listener.local_addr().expect("addr").port();
+    let mut settings = test_settings(retry, port);
+    adjust(&mut settings);
+    serve_orchestrator_with(
+        stack.storage.clone(),
+        order_saga(stack.payment.addr, stack.inventory.addr),
+        settings,
+        listener,
+    )
+    .await
+}
+
 /// Settings of an orchestrator instance named `owner` whose leases last
 /// `ttl`, retrying as `retry`, with a 50 ms recovery sweep: what the lease,
 /// recovery and store-fault tests start (each several instances, or one
@@ -497,6 +528,17 @@ impl Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage = Storage::from(dir.path());
         Self::start_on(dir, storage, Some(fast_retry())).await
+    }
+
+    /// [`Stack::without_orchestrator`] with inventory down, alice holding
+    /// 1,000 cents and `sku-apple` 10 units: an order is charged, then its
+    /// deduct keeps failing until the test restarts inventory.
+    pub async fn with_inventory_down() -> Stack {
+        let mut stack = Stack::without_orchestrator().await;
+        stack.deposit("alice", 1_000).await;
+        stack.add_stock("sku-apple", 10).await;
+        stack.halt(Service::Inventory).await;
+        stack
     }
 
     /// Both participants on embedded stores in a fresh temp dir, and no

@@ -6,7 +6,7 @@
 use orchestrator::console::ConsoleSettings;
 use orchestrator::console::hosts::AllowedHosts;
 use saga_tests::http::request;
-use saga_tests::{Service, Stack, fast_retry, start_order};
+use saga_tests::{Stack, start_order};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -15,13 +15,8 @@ use tokio::net::TcpStream;
 /// streams stay open) and whose console allows `console.example.com` and
 /// at most one live stream.
 async fn stack() -> (Stack, saga_tests::Running, std::net::SocketAddr) {
-    let mut stack = Stack::without_orchestrator().await;
-    stack.deposit("alice", 1_000).await;
-    stack.add_stock("sku-apple", 10).await;
-    stack.halt(Service::Inventory).await;
-    let mut retry = fast_retry();
-    retry.action_attempts = 10_000;
-    retry.step_deadline = Duration::from_secs(600);
+    let stack = Stack::with_inventory_down().await;
+    let retry = saga_tests::retry_until(Duration::from_secs(600));
     let grpc = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let console = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let console_addr = console.local_addr().expect("addr");

@@ -432,23 +432,11 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
 /// they were for a person to reconcile, and nothing lands later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person() {
-    let mut stack = Stack::without_orchestrator().await;
-    stack.deposit("alice", 1_000).await;
-    stack.add_stock("sku-apple", 10).await;
-    stack.halt(Service::Inventory).await;
-    let mut retry = fast_retry();
-    retry.action_attempts = 10_000;
-    retry.step_deadline = Duration::from_secs(600);
-    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
-    let port = listener.local_addr().expect("addr").port();
-    let mut settings = saga_tests::test_settings(retry, port);
-    settings.retention.send_window = Some(Duration::from_millis(700));
-    let orchestrator = saga_tests::serve_orchestrator_with(
-        stack.storage.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        listener,
-    )
+    let mut stack = Stack::with_inventory_down().await;
+    let retry = saga_tests::retry_until(Duration::from_secs(600));
+    let orchestrator = saga_tests::serve_order_orchestrator(&stack, retry, |settings| {
+        settings.retention.send_window = Some(Duration::from_millis(700));
+    })
     .await;
     let saga_id = start_order(
         orchestrator.addr,
@@ -500,22 +488,9 @@ async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
-    let mut stack = Stack::without_orchestrator().await;
-    stack.deposit("alice", 1_000).await;
-    stack.add_stock("sku-apple", 10).await;
-    stack.halt(Service::Inventory).await;
-    let mut retry = fast_retry();
-    retry.action_attempts = 10_000;
-    retry.step_deadline = Duration::from_millis(400);
-    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
-    let port = listener.local_addr().expect("addr").port();
-    let orchestrator = saga_tests::serve_orchestrator_with(
-        stack.storage.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        saga_tests::test_settings(retry, port),
-        listener,
-    )
-    .await;
+    let mut stack = Stack::with_inventory_down().await;
+    let retry = saga_tests::retry_until(Duration::from_millis(400));
+    let orchestrator = saga_tests::serve_order_orchestrator(&stack, retry, |_| {}).await;
     let saga_id = start_order(
         orchestrator.addr,
         "deadline-1",
