@@ -1,6 +1,7 @@
 //! The console answers only to hosts it knows (no DNS rebinding: a page
 //! elsewhere pointing its own name at the console is refused), lets a
-//! configured proxy name retry, and caps the sagas followed live at once.
+//! configured proxy name retry, caps the sagas followed live at once, and
+//! answers even the requests it cannot read as JSON errors.
 //! Plain HTTP over a socket, so every header is exactly what is sent.
 
 use orchestrator::console::ConsoleSettings;
@@ -81,6 +82,41 @@ async fn a_name_pointed_at_the_console_by_a_page_elsewhere_is_refused() {
     let elsewhere = [("Origin", "https://evil.example")];
     let (code, body) = request(console, "POST", "/api/sagas/nope/retry", &elsewhere).await;
     assert_eq!(code, 403, "{body}");
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
+/// A query or path the framework cannot read, and a method a path does not
+/// take, are answered as every other API error: JSON with a code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_requests_are_answered_as_json_errors() {
+    let (stack, orchestrator, console) = stack().await;
+    for (method, path, status, code) in [
+        (
+            "GET",
+            "/api/sagas?page_size=1&page_size=2",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        ("GET", "/api/sagas/%FF", 400, "INVALID_ARGUMENT"),
+        ("GET", "/api/sagas/x/retry", 405, "UNIMPLEMENTED"),
+        ("DELETE", "/api/sagas", 405, "UNIMPLEMENTED"),
+    ] {
+        let (got, body) = request(console, method, path, &[]).await;
+        assert_eq!(got, status, "{method} {path}: {body}");
+        let error: serde_json::Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body}"));
+        assert_eq!(error["code"], code, "{body}");
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+    }
+    let (_, body) = request(console, "GET", "/api/sagas/x/retry", &[]).await;
+    assert!(
+        body.contains("does not take GET") && body.contains("POST"),
+        "names the method: {body}"
+    );
     orchestrator.stop().await;
     stack.stop().await;
 }

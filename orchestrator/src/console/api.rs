@@ -97,6 +97,56 @@ impl IntoResponse for ApiError {
 /// An API answer.
 pub type ApiResult = Result<Json<Value>, ApiError>;
 
+/// Answers the framework's own refusals as the API's errors: a query or a
+/// path axum could not read (400, plain text) and a method a path does not
+/// take (405, no body) become `{"code", "message", "field"}` like every
+/// other error, which the pages and clients read.
+pub async fn json_refusals(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status();
+    let refusal = status == StatusCode::BAD_REQUEST || status == StatusCode::METHOD_NOT_ALLOWED;
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !refusal || json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let allow = parts.headers.get(header::ALLOW).cloned();
+    let (code, message) = if status == StatusCode::METHOD_NOT_ALLOWED {
+        let takes = match allow.as_ref().and_then(|a| a.to_str().ok()) {
+            Some(allowed) => format!("it takes {allowed}"),
+            None => "the API's paths take GET, and POST for /api/sagas/{saga_id}/retry".to_owned(),
+        };
+        (
+            "UNIMPLEMENTED",
+            format!("this path does not take {method}: {takes}"),
+        )
+    } else {
+        let text = axum::body::to_bytes(body, 4096)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let text = if text.is_empty() {
+            "the request could not be read".to_owned()
+        } else {
+            text
+        };
+        ("INVALID_ARGUMENT", text)
+    };
+    let body = json!({ "code": code, "message": message, "field": Value::Null });
+    let mut answer = (status, Json(body)).into_response();
+    if let Some(allow) = allow {
+        answer.headers_mut().insert(header::ALLOW, allow);
+    }
+    answer
+}
+
 /// The query of `GET /api/sagas`; every parameter is optional.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct ListParams {

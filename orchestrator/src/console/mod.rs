@@ -107,6 +107,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/sagas/{saga_id}/events", get(events::follow))
         .route("/api/sagas/{saga_id}/retry", post(api::retry))
         .fallback(api::not_found)
+        .layer(axum::middleware::from_fn(api::json_refusals))
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
             api::answered_host,
