@@ -479,7 +479,12 @@ impl Orchestrator {
         saga.attention = None;
         saga.lease = Some(self.executor.new_lease());
         saga.stamp_history(self.executor.owner());
-        self.store.save(&saga).await?;
+        if let Err(error) = self.store.save(&saga).await {
+            // A save whose reply was lost did resume it.
+            if !self.executor.landed(&mut saga, &error).await {
+                return Err(error.into());
+            }
+        }
         tracing::info!(saga_id, "saga resumed by RetrySaga");
         self.executor.spawn(saga.clone(), slot);
         Ok(saga)

@@ -349,23 +349,55 @@ impl Executor {
         engine::claim(&mut saga, self.new_lease(), now_ms());
         saga.version += 1;
         saga.stamp_history(&self.lease.owner);
-        match self.store.save(&saga).await {
-            Ok(()) => {
-                if previous.as_deref().is_some_and(|p| p != self.lease.owner) {
-                    metrics::counter!("saga_lease_takeovers_total").increment(1);
-                    tracing::info!(saga_id = %saga.saga_id, previous_owner = ?previous, "took over saga with an expired lease");
-                }
-                Ok(self.spawn(saga, slot))
-            }
-            Err(StoreError::Conflict { .. }) => Ok(false),
+        let error = match self.store.save(&saga).await {
+            Ok(()) => return Ok(self.claimed(saga, slot, previous)),
+            Err(error) => error,
+        };
+        // Without this, a claim that landed would wait a whole lease,
+        // skipped by the sweep as this process's own.
+        if self.landed(&mut saga, &error).await {
+            return Ok(self.claimed(saga, slot, previous));
+        }
+        match error {
+            StoreError::Conflict { .. } => Ok(false),
             // One saga the store refuses must not stop the recovery of
             // the others: it is marked and retried a lease period later.
-            Err(error @ (StoreError::Rejected(_) | StoreError::Corrupt(_))) => {
+            StoreError::Rejected(_) | StoreError::Corrupt(_) => {
                 self.refused(&saga, attention.as_ref(), &error).await;
                 Ok(false)
             }
-            Err(other) => Err(other),
+            other => Err(other),
         }
+    }
+
+    /// Whether `ours`, whose save answered `error`, is what the store holds
+    /// all the same: a save whose reply was lost (a store that retried it
+    /// meets its own write as a conflict). Then `ours` takes the stored
+    /// lease (the same, or the one an earlier attempt wrote).
+    pub async fn landed(&self, ours: &mut Saga, error: &StoreError) -> bool {
+        if !matches!(
+            error,
+            StoreError::Conflict { .. } | StoreError::Unavailable(_)
+        ) {
+            return false;
+        }
+        match self.store.get(&ours.saga_id).await {
+            Ok(Some(stored)) if same_but_lease(&stored, ours) => {
+                ours.lease = stored.lease;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drives `saga`, whose claim is stored; counts and logs a takeover
+    /// from another instance.
+    fn claimed(self: &Arc<Self>, saga: Saga, slot: Slot, previous: Option<String>) -> bool {
+        if previous.as_deref().is_some_and(|p| p != self.lease.owner) {
+            metrics::counter!("saga_lease_takeovers_total").increment(1);
+            tracing::info!(saga_id = %saga.saga_id, previous_owner = ?previous, "took over saga with an expired lease");
+        }
+        self.spawn(saga, slot)
     }
 
     /// The store refused `saga`'s next version for good (see

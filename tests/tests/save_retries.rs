@@ -6,6 +6,9 @@
 //!   would let the recovery sweep take over a saga its owner still drives).
 //! - A save that committed but whose reply was lost: the retry meets its
 //!   own earlier write (with an earlier lease) and goes on; no takeover.
+//! - The same for a claim (driven at once, not skipped as this instance's
+//!   own until its lease ends) and for RetrySaga (answered, not
+//!   UNAVAILABLE).
 
 use saga_proto::saga::v1 as pb;
 use saga_tests::intercepted_store::InterceptedStore;
@@ -132,4 +135,148 @@ async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
     .await;
 
     completes_with_its_owner(stack, orchestrator, &saga_id).await;
+}
+
+/// An order saga for alice (one `sku-1` at 300 cents) with id `id`, as
+/// CreateOrder would store it, leased to an instance that died a second
+/// ago.
+fn orphan(definition: &orchestrator::step::SagaDefinition, id: &str) -> orchestrator::saga::Saga {
+    use orchestrator::saga::{Lease, Order, OrderItem};
+    let order = Order {
+        order_id: format!("order-{id}"),
+        customer_id: "alice".into(),
+        items: vec![OrderItem {
+            product_id: "sku-1".into(),
+            quantity: 1,
+            unit_price_cents: 300,
+        }],
+        total_cents: 300,
+    };
+    let now = service_kit::time::now_ms();
+    let mut saga = orchestrator::engine::start(
+        definition.names(),
+        id.into(),
+        format!("r-{id}"),
+        "fp".into(),
+        order,
+        now,
+    );
+    saga.version = 1;
+    saga.lease = Some(Lease {
+        owner: "dead-instance".into(),
+        until_ms: now - 1_000,
+    });
+    saga
+}
+
+/// `stack`'s participants with alice's 1,000 cents and 10 `sku-1`, and an
+/// intercepted store over its saga store holding `saga` (built by `make`
+/// from the order saga's definition); then an instance `only-instance`
+/// whose leases last 30 s — far longer than the tests wait.
+async fn planted(
+    make: impl FnOnce(&orchestrator::step::SagaDefinition) -> orchestrator::saga::Saga,
+) -> (Stack, Arc<InterceptedStore>, Running, String) {
+    use orchestrator::store::SagaStore;
+    let stack = Stack::without_orchestrator().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-1", 10).await;
+    let store = Arc::new(InterceptedStore::new(
+        Storage::from(stack.dir.path()).sagas().await,
+    ));
+    let definition = saga_tests::order_saga(stack.payment.addr, stack.inventory.addr);
+    let saga = make(&definition);
+    store.create(&saga).await.expect("plant the saga");
+    let settings =
+        saga_tests::instance_settings("only-instance", Duration::from_secs(30), fast_retry());
+    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let orchestrator = saga_tests::serve_orchestrator_on(
+        store.clone(),
+        definition,
+        settings,
+        service_kit::server::ServeOptions::default(),
+        listener,
+        None,
+    );
+    (stack, store, orchestrator, saga.saga_id)
+}
+
+/// A claim whose reply was lost landed all the same: the instance takes
+/// the stored saga for the claim it is and drives it at once, instead of
+/// skipping it as its own until the lease it just wrote runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_was_lost_is_driven_at_once() {
+    // The planted saga is claimed by the first save: it lands, its reply
+    // is lost.
+    let (stack, store, orchestrator, saga_id) =
+        planted(|definition| orphan(definition, "orphan-1")).await;
+    store.lost_replies.store(1, Ordering::SeqCst);
+    // Well inside the 30 s lease the claim wrote.
+    let done =
+        saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Completed);
+    assert_eq!(
+        store.lost_replies.load(Ordering::SeqCst),
+        0,
+        "the claim's reply was lost"
+    );
+    assert_eq!(
+        saga_tests::ownership_changes(&done).len(),
+        1,
+        "claimed once: {:?}",
+        done.history
+    );
+    assert_eq!(stack.balance("alice").await, 700, "charged once");
+    assert_eq!(stack.stock("sku-1").await, 9, "deducted once");
+    orchestrator.stop().await;
+    stack.stop().await;
+}
+
+/// A RetrySaga whose save landed but whose reply was lost answers as the
+/// retry it was and drives the saga at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_whose_reply_was_lost_still_resumes_the_saga() {
+    use orchestrator::engine::{self, Next, Outcome};
+    // FAILED: the deduct was refused and the refund gave up (nothing was
+    // charged: the participants have never seen this saga).
+    let (stack, store, orchestrator, saga_id) = planted(|definition| {
+        let mut saga = orphan(definition, "failed-1");
+        let now = service_kit::time::now_ms();
+        engine::record(&mut saga, Next::Act(0), Outcome::Succeeded, now);
+        engine::record(&mut saga, Next::Act(1), Outcome::Refused("no".into()), now);
+        engine::record(
+            &mut saga,
+            Next::Compensate(0),
+            Outcome::CompensationGaveUp("down".into()),
+            now,
+        );
+        saga.lease = None;
+        saga
+    })
+    .await;
+    store.lost_replies.store(1, Ordering::SeqCst);
+    let resumed = pb::saga_service_client::SagaServiceClient::new(
+        saga_tests::channel(orchestrator.addr).await,
+    )
+    .retry_saga(pb::RetrySagaRequest {
+        saga_id: saga_id.clone(),
+    })
+    .await
+    .expect("the retry landed: not UNAVAILABLE")
+    .into_inner();
+    assert_eq!(resumed.status(), pb::SagaStatus::Compensating);
+    assert_eq!(
+        store.lost_replies.load(Ordering::SeqCst),
+        0,
+        "the retry's reply was lost"
+    );
+    let done =
+        saga_tests::wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
+    assert_eq!(done.status(), pb::SagaStatus::Cancelled);
+    assert_eq!(
+        stack.balance("alice").await,
+        1_000,
+        "nothing charged, nothing refunded"
+    );
+    orchestrator.stop().await;
+    stack.stop().await;
 }
