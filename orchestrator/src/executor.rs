@@ -375,18 +375,23 @@ impl Executor {
     /// meets its own write as a conflict). Then `ours` takes the stored
     /// lease (the same, or the one an earlier attempt wrote).
     pub async fn landed(&self, ours: &mut Saga, error: &StoreError) -> bool {
-        if !matches!(
+        matches!(
             error,
             StoreError::Conflict { .. } | StoreError::Unavailable(_)
-        ) {
-            return false;
-        }
+        ) && matches!(self.stored(ours).await, Stored::Ours)
+    }
+
+    /// Reads back the saga `ours` tried to save: [`Stored::Ours`] when it is
+    /// `ours` but for the lease (which `ours` then takes), else what
+    /// another writer stored, or unknown when it cannot be read.
+    async fn stored(&self, ours: &mut Saga) -> Stored {
         match self.store.get(&ours.saga_id).await {
             Ok(Some(stored)) if same_but_lease(&stored, ours) => {
                 ours.lease = stored.lease;
-                true
+                Stored::Ours
             }
-            _ => false,
+            Ok(Some(stored)) => Stored::Another(Box::new(stored)),
+            _ => Stored::Unknown,
         }
     }
 
@@ -684,16 +689,13 @@ impl Executor {
                     // An earlier attempt may have committed without us
                     // hearing back: that is not a conflict. It wrote an
                     // earlier lease, which is the one stored.
-                    return match self.store.get(&saga.saga_id).await {
-                        Ok(Some(stored)) if same_but_lease(&stored, saga) => {
-                            saga.lease = stored.lease;
-                            Ok(())
-                        }
-                        Ok(Some(stored)) => {
+                    return match self.stored(saga).await {
+                        Stored::Ours => Ok(()),
+                        Stored::Another(stored) => {
                             self.lost_to(&stored);
                             Err(DriveError::Superseded)
                         }
-                        _ => Err(DriveError::Superseded),
+                        Stored::Unknown => Err(DriveError::Superseded),
                     };
                 }
                 StoreError::Unavailable(ref message) => {
@@ -765,6 +767,16 @@ async fn invoke(call: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) -> 
 /// version, history (stamped with its writer), steps and status — what an
 /// earlier attempt of the same save wrote. Another instance's write of that
 /// version differs at least in its history's writer.
+/// What the store holds after a save whose answer left it open.
+enum Stored {
+    /// The save landed (with this or an earlier attempt's lease).
+    Ours,
+    /// Another writer's version.
+    Another(Box<Saga>),
+    /// The saga could not be read (or is gone).
+    Unknown,
+}
+
 fn same_but_lease(stored: &Saga, ours: &Saga) -> bool {
     let mut stored = stored.clone();
     stored.lease.clone_from(&ours.lease);
