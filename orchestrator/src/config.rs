@@ -67,18 +67,18 @@ pub struct MongoConfig {
 #[derive(Debug, Clone, clap::Args)]
 pub struct EngineConfig {
     /// Deadline of one participant call, in milliseconds.
-    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS, value_parser = retention::limit_ms_parser())]
     pub call_timeout_ms: u64,
     /// Attempts of a forward step before its outcome counts as unknown and
     /// the saga compensates.
-    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS, value_parser = clap::value_parser!(u32).range(..=i64::from(retention::MAX_ATTEMPTS)))]
+    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS, value_parser = retention::attempts_parser())]
     pub action_attempts: u32,
     /// Attempts of a compensation before the saga is marked FAILED.
-    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = clap::value_parser!(u32).range(..=i64::from(retention::MAX_ATTEMPTS)))]
+    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = retention::attempts_parser())]
     pub compensation_attempts: u32,
     /// A forward step still failing transiently this long after it started
     /// is given up and compensated, in milliseconds.
-    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS, value_parser = retention::limit_ms_parser())]
     pub step_deadline_ms: u64,
     /// Name of this orchestrator instance in saga leases. Default:
     /// `<hostname>:<gRPC port>`, stable across restarts, so a restarted
@@ -87,17 +87,17 @@ pub struct EngineConfig {
     pub instance_id: Option<String>,
     /// Longest delay between two attempts of a step, before jitter, in
     /// milliseconds (jitter can add as much again).
-    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = retention::limit_ms_parser())]
     pub retry_max_delay_ms: u64,
     /// How long a saga lease lasts without renewal, in milliseconds; another
     /// instance takes the saga over after that. Must exceed the longest gap
     /// between two saves of a driven saga: the connect timeout (2 s) plus
     /// the call timeout plus twice the largest retry delay (full jitter).
-    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS, value_parser = retention::limit_ms_parser())]
     pub lease_ttl_ms: u64,
     /// How often the recovery sweep looks for sagas to resume, in
     /// milliseconds.
-    #[arg(long, env = "SWEEP_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "SWEEP_INTERVAL_MS", default_value_t = 1_000, value_parser = retention::limit_ms_parser())]
     pub sweep_interval_ms: u64,
     /// Cap on sagas driven at once by this instance; beyond it CreateOrder
     /// answers RESOURCE_EXHAUSTED instead of queueing without bound.
@@ -105,7 +105,7 @@ pub struct EngineConfig {
     pub max_in_flight: usize,
     /// After SIGTERM/SIGINT, how long in-flight steps get to finish and
     /// persist before the process exits, in milliseconds.
-    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = retention::limit_ms_parser())]
     pub shutdown_grace_ms: u64,
     /// Save the saga after every step, also between a first-attempt
     /// success and the next action (by default that save is left out: the
@@ -117,7 +117,7 @@ pub struct EngineConfig {
     pub save_every_step: bool,
     /// Longest CreateOrder with `wait` is held when the client sets no
     /// deadline, in milliseconds.
-    #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000, value_parser = retention::limit_ms_parser())]
     pub max_wait_ms: u64,
     /// process: survives kill -9; power-loss: fsync on every (group) commit.
     #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]

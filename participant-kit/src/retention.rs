@@ -132,22 +132,22 @@ pub struct HistoryRetentionConfig {
     #[arg(long, env = "PURGE_INTERVAL", default_value = "10s", value_parser = retention::parse_duration)]
     pub purge_interval: Duration,
     /// The orchestrator's `--call-timeout-ms` (for the minimum retention).
-    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS, value_parser = retention::limit_ms_parser())]
     pub call_timeout_ms: u64,
     /// The orchestrator's `--action-attempts`.
-    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS, value_parser = clap::value_parser!(u32).range(..=i64::from(retention::MAX_ATTEMPTS)))]
+    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS, value_parser = retention::attempts_parser())]
     pub action_attempts: u32,
     /// The orchestrator's `--compensation-attempts`.
-    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = clap::value_parser!(u32).range(..=i64::from(retention::MAX_ATTEMPTS)))]
+    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = retention::attempts_parser())]
     pub compensation_attempts: u32,
     /// The orchestrator's `--step-deadline-ms`.
-    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS, value_parser = retention::limit_ms_parser())]
     pub step_deadline_ms: u64,
     /// The orchestrator's `--lease-ttl-ms`.
-    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS, value_parser = retention::limit_ms_parser())]
     pub lease_ttl_ms: u64,
     /// The orchestrator's `--retry-max-delay-ms`.
-    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = clap::value_parser!(u64).range(..=retention::MAX_LIMIT_MS))]
+    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = retention::limit_ms_parser())]
     pub retry_max_delay_ms: u64,
 }
 

@@ -28,6 +28,16 @@ pub const MAX_LIMIT_MS: u64 = 7 * 86_400_000;
 /// `--compensation-attempts`), for the same reason.
 pub const MAX_ATTEMPTS: u32 = 1_000_000;
 
+/// The parser of a millisecond limit flag: 0 to [`MAX_LIMIT_MS`].
+pub fn limit_ms_parser() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::builder::RangedU64ValueParser::new().range(..=MAX_LIMIT_MS)
+}
+
+/// The parser of an attempt budget flag: 0 to [`MAX_ATTEMPTS`].
+pub fn attempts_parser() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::builder::RangedI64ValueParser::new().range(..=i64::from(MAX_ATTEMPTS))
+}
+
 /// The orchestrator's default deadline of one participant call (ms).
 pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 5_000;
 /// The orchestrator's default attempts of a forward step.
