@@ -321,6 +321,33 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
+/// A saga of `steps` for `order` as CreateOrder stores it (version 1,
+/// request id `r-<id>`), created at `created_ms` and leased by `owner`
+/// until `until_ms`: what tests plant in a store for recovery to find.
+pub fn leased_saga(
+    steps: &[orchestrator::engine::StepNames],
+    id: &str,
+    order: orchestrator::saga::Order,
+    created_ms: i64,
+    owner: &str,
+    until_ms: i64,
+) -> orchestrator::saga::Saga {
+    let mut saga = orchestrator::engine::start(
+        steps,
+        id.into(),
+        format!("r-{id}"),
+        "fp".into(),
+        order,
+        created_ms,
+    );
+    saga.version = 1;
+    saga.lease = Some(orchestrator::saga::Lease {
+        owner: owner.into(),
+        until_ms,
+    });
+    saga
+}
+
 /// Retries that do not run out of attempts (10,000), with `step_deadline`:
 /// a failing step goes on until the deadline or the test says otherwise.
 pub fn retry_until(step_deadline: Duration) -> RetryPolicy {

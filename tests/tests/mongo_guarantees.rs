@@ -293,8 +293,8 @@ async fn every_write_of_every_service_is_majority_and_journaled() {
 
 /// A saga as the orchestrator starts it, leased to `owner` until `until_ms`.
 fn leased_saga(id: &str, owner: &str, until_ms: i64) -> orchestrator::saga::Saga {
-    use orchestrator::engine::{self, StepNames};
-    use orchestrator::saga::{Lease, Order, OrderItem};
+    use orchestrator::engine::StepNames;
+    use orchestrator::saga::{Order, OrderItem};
     let steps = [StepNames {
         name: "payment",
         action: "charge",
@@ -310,13 +310,7 @@ fn leased_saga(id: &str, owner: &str, until_ms: i64) -> orchestrator::saga::Saga
         }],
         total_cents: 5,
     };
-    let mut saga = engine::start(&steps, id.into(), format!("r-{id}"), "fp".into(), order, 1);
-    saga.version = 1;
-    saga.lease = Some(Lease {
-        owner: owner.into(),
-        until_ms,
-    });
-    saga
+    saga_tests::leased_saga(&steps, id, order, 1, owner, until_ms)
 }
 
 /// Sagas stored by a version without `claimable_after_ms` get it when the

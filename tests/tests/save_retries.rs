@@ -141,7 +141,7 @@ async fn a_save_whose_reply_was_lost_is_not_taken_for_a_conflict() {
 /// CreateOrder would store it, leased to an instance that died a second
 /// ago.
 fn orphan(definition: &orchestrator::step::SagaDefinition, id: &str) -> orchestrator::saga::Saga {
-    use orchestrator::saga::{Lease, Order, OrderItem};
+    use orchestrator::saga::{Order, OrderItem};
     let order = Order {
         order_id: format!("order-{id}"),
         customer_id: "alice".into(),
@@ -153,20 +153,14 @@ fn orphan(definition: &orchestrator::step::SagaDefinition, id: &str) -> orchestr
         total_cents: 300,
     };
     let now = service_kit::time::now_ms();
-    let mut saga = orchestrator::engine::start(
+    saga_tests::leased_saga(
         definition.names(),
-        id.into(),
-        format!("r-{id}"),
-        "fp".into(),
+        id,
         order,
         now,
-    );
-    saga.version = 1;
-    saga.lease = Some(Lease {
-        owner: "dead-instance".into(),
-        until_ms: now - 1_000,
-    });
-    saga
+        "dead-instance",
+        now - 1_000,
+    )
 }
 
 /// `stack`'s participants with alice's 1,000 cents and 10 `sku-1`, and an
