@@ -23,8 +23,9 @@
 //! where the disk's stalls show first, before they reach a commit.
 
 use crate::slow_log::SlowLog;
-use crate::{DbError, Writer};
-use rusqlite::Connection;
+use crate::writer::Writer;
+use crate::{DbError, open::connect};
+use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -82,14 +83,16 @@ const WAL_FRAME_HEADER_BYTES: u64 = 24;
 /// How long the truncation waits for the writer and for readers before it
 /// gives up (PASSIVE checkpoints never wait, so this bounds the truncation
 /// alone); a write that arrives meanwhile waits for it.
-const TRUNCATE_BUSY_TIMEOUT_MS: i64 = 100;
+const TRUNCATE_BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Starts the checkpointer of the database at `path` on a connection of
 /// its own; it stops once the database is dropped (its `writer` gone).
 pub(crate) fn spawn(path: &Path, writer: &Arc<Writer>) -> Result<(), DbError> {
-    let conn = Connection::open(path)?;
-    conn.pragma_update(None, "busy_timeout", TRUNCATE_BUSY_TIMEOUT_MS)?;
+    // Opened waiting as long as any connection does (the file may still be
+    // being created by another process); only its checkpoints wait less.
+    let conn = connect(path, OpenFlags::default())?;
     let page_size: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+    conn.busy_timeout(TRUNCATE_BUSY_TIMEOUT)?;
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     let checkpointer = Checkpointer {
@@ -206,7 +209,7 @@ impl Checkpointer {
 
     /// Copies what is left and truncates the WAL to nothing (`PRAGMA
     /// wal_checkpoint(TRUNCATE)`), unless a reader or writer holds it past
-    /// [`TRUNCATE_BUSY_TIMEOUT_MS`]. True when it was truncated; otherwise
+    /// [`TRUNCATE_BUSY_TIMEOUT`]. True when it was truncated; otherwise
     /// it is tried again [`WAL_TRUNCATE_AFTER_LOW_LOAD`] later (a reader
     /// that holds an old snapshot that long is rare, and each try holds the
     /// write lock while it waits).
@@ -296,7 +299,7 @@ mod tests {
     /// does — a reader holding an old snapshot keeps it from restarting —
     /// and checks that nothing is truncated while it grows.
     async fn grow_wal(db: &EmbeddedDb, path: &Path, wal_bytes: impl Fn() -> u64) -> Connection {
-        let pin = Connection::open(path).unwrap();
+        let pin = crate::connect(path, OpenFlags::default()).unwrap();
         pin.execute_batch("BEGIN").unwrap();
         let _: i64 = pin
             .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))

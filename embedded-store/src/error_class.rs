@@ -43,12 +43,16 @@ pub fn classify(error: &rusqlite::Error) -> ErrorClass {
 }
 
 impl crate::DbError {
-    /// The class of this error ([`classify`]); the writer being gone and a
-    /// file that cannot be opened count as transient.
+    /// The class of this error ([`classify`]); the writer being gone, a read
+    /// that did not finish and a file that cannot be opened (or is locked)
+    /// count as transient.
     pub fn class(&self) -> ErrorClass {
         match self {
             crate::DbError::Sqlite(e) => classify(e),
-            crate::DbError::WriterGone | crate::DbError::Open { .. } => ErrorClass::Transient,
+            crate::DbError::WriterGone
+            | crate::DbError::ReadAborted(_)
+            | crate::DbError::Open { .. }
+            | crate::DbError::Locked { .. } => ErrorClass::Transient,
         }
     }
 }
@@ -79,7 +83,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let garbage = dir.path().join("garbage.db");
         std::fs::write(&garbage, vec![0x5a; 8192]).expect("write");
-        let not_a_db = Connection::open(&garbage)
+        let not_a_db = crate::connect(&garbage, rusqlite::OpenFlags::default())
             .and_then(|c| {
                 c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
                     r.get::<_, i64>(0)
@@ -89,13 +93,12 @@ mod tests {
         assert_eq!(classify(&not_a_db), ErrorClass::Corrupt);
 
         let readonly_path = dir.path().join("ro.db");
-        Connection::open(&readonly_path)
+        crate::connect(&readonly_path, rusqlite::OpenFlags::default())
             .and_then(|c| c.execute_batch("CREATE TABLE t (k TEXT);"))
             .expect("create");
-        let readonly =
-            Connection::open_with_flags(&readonly_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .and_then(|c| c.execute("INSERT INTO t VALUES ('x')", []))
-                .expect_err("a read-only file");
+        let readonly = crate::connect(&readonly_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| c.execute("INSERT INTO t VALUES ('x')", []))
+            .expect_err("a read-only file");
         assert_eq!(classify(&readonly), ErrorClass::Rejected);
 
         let busy = rusqlite::Error::SqliteFailure(

@@ -89,7 +89,11 @@ fn copy_run(from: &Path, to: &Path) {
 }
 
 fn db(run: &Path, service: &str) -> Connection {
-    Connection::open(run.join("data").join(service).join(format!("{service}.db"))).expect("open")
+    embedded_store::connect(
+        &run.join("data").join(service).join(format!("{service}.db")),
+        rusqlite::OpenFlags::default(),
+    )
+    .expect("open")
 }
 
 /// Rebuilds operation_history without its primary key (the unique index

@@ -44,9 +44,8 @@ struct FileSample {
 }
 
 fn sample(path: &Path) -> FileSample {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open read-only");
+    let conn = embedded_store::connect(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open read-only");
     let get = |p: &str| -> u64 {
         conn.query_row(&format!("PRAGMA {p}"), [], |r| r.get::<_, i64>(0))
             .expect("pragma") as u64
@@ -214,7 +213,7 @@ async fn embedded_store_sizes_are_flat_after_the_first_retention_period() {
     let mut samples: Vec<(f64, [FileSample; 3])> = Vec::new();
     let mut live: Vec<u64> = Vec::new();
     let live_sagas = |path: &Path| -> u64 {
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        embedded_store::connect(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .and_then(|c| c.query_row("SELECT COUNT(*) FROM sagas", [], |r| r.get::<_, i64>(0)))
             .map_or(0, |n| n as u64)
     };

@@ -97,8 +97,7 @@ impl SqliteSagaStore {
 /// queue for the write lock, the first migrates, the others then find
 /// every column there (no "database is locked", no "duplicate column").
 fn migrate(path: &Path) -> Result<(), DbError> {
-    let mut conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    let mut conn = embedded_store::connect(path, rusqlite::OpenFlags::default())?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let has_table: bool = tx.query_row(
         "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'sagas'",
@@ -650,7 +649,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("orchestrator.db");
         {
-            let conn = Connection::open(&path).unwrap();
+            let conn = embedded_store::connect(&path, rusqlite::OpenFlags::default()).unwrap();
             conn.execute_batch(
                 "CREATE TABLE sagas (
                     saga_id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
@@ -750,7 +749,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("orchestrator.db");
         {
-            let conn = Connection::open(&path).unwrap();
+            let conn = embedded_store::connect(&path, rusqlite::OpenFlags::default()).unwrap();
             conn.execute_batch(
                 "CREATE TABLE sagas (
                     saga_id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,
@@ -800,7 +799,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("orchestrator.db");
         {
-            let conn = Connection::open(&path).unwrap();
+            let conn = embedded_store::connect(&path, rusqlite::OpenFlags::default()).unwrap();
             conn.execute_batch(
                 "CREATE TABLE sagas (
                     saga_id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE,

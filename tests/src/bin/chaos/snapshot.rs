@@ -49,7 +49,7 @@ pub struct Snapshot {
 }
 
 fn open(path: &Path) -> Result<Connection, String> {
-    Connection::open_with_flags(
+    embedded_store::connect(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
@@ -219,7 +219,6 @@ pub async fn read_mongo(
 /// store while the orchestrators run.
 pub fn leased_to_sqlite(dir: &Path, owner: &str) -> Result<Vec<String>, String> {
     let conn = open(&dir.join("orchestrator.db"))?;
-    let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
     let mut stmt = conn
         .prepare(
             "SELECT saga_id FROM sagas WHERE status IN ('running', 'compensating') AND lease_owner = ?1",
