@@ -1,46 +1,52 @@
-//! A gRPC client channel that is one HTTP/2 connection, used directly by
-//! the calling task: what the orchestrator calls its participants through.
+//! The gRPC client channel the orchestrator calls its participants through:
+//! tonic's [`Channel`], set up from [`crate::tls::client_endpoint`], behind
+//! [`GrpcChannel`], a thin tower service that holds every call to its
+//! deadline until the last byte of the reply.
 //!
-//! Why not tonic's `Channel`: it puts a `tower::Buffer` in front of the
-//! connection, a task of its own that every call is handed to and whose
-//! answer is handed back. Here a call goes from the caller's task straight
-//! to hyper's connection task, one task hand-off less per call: measured
-//! (BENCHMARKS.md, session 8) 2–3% more sagas/s at concurrency 64; idle
-//! latency and CPU unchanged within noise.
+//! What tonic's channel does, configured in [`GrpcChannel::lazy`]:
+//! - **Lazy connection, reconnected on demand**: nothing is connected until
+//!   the first call; a connection that closed (the server went away, or
+//!   sent GOAWAY on a graceful restart) is replaced by the next call.
+//! - **TLS** exactly as [`crate::tls::client_endpoint`] decides it
+//!   (`https://`, or any address once `--tls-ca` is set): tonic's rustls
+//!   client, ALPN `h2`.
+//! - **The connect timeout** bounds the name's resolution and the TCP
+//!   connect (the connector given to
+//!   [`Endpoint::connect_with_connector_lazy`]; `connect_lazy`'s would
+//!   leave the resolution unbounded) and, once more, the TLS handshake
+//!   (tonic's). A connection attempt that runs out of it fails the call
+//!   `UNAVAILABLE`, like any other failed connection attempt.
+//! - **Every address of a name** is tried: hyper-util's `HttpConnector`
+//!   does Happy Eyeballs (RFC 6555) — the addresses of the resolver's first
+//!   family one after another, each with its share of the connect timeout
+//!   (a black-holed address cannot use all of it), and the other family's
+//!   in parallel 300 ms later.
+//! - **`TCP_NODELAY`** and **HTTP/2 keep-alive pings** (every
+//!   [`KEEP_ALIVE_INTERVAL`], also while idle), so an idle connection whose
+//!   peer vanished is replaced before a call finds out.
+//! - Plaintext connections write through
+//!   [`crate::coalesced_writes::CoalescedWrites`], as the servers' do, so a
+//!   small request and its end of stream leave in one write.
 //!
-//! What tonic's channel did and this one keeps:
-//! - **Lazy connection, reconnected on demand.** Nothing is connected until
-//!   the first call; a call that finds the connection closed (the server
-//!   went away) connects again. One connection attempt runs at a time, and
-//!   every call that waited for it shares its outcome, so a server that is
-//!   down costs one connect timeout, not one per queued call.
-//! - **The call deadline** (`grpc-timeout`, set by `Request::set_timeout`)
-//!   is enforced here too, over the whole reply — its head, its body and
-//!   its trailers — and a call past it fails `DEADLINE_EXCEEDED`. (tonic's
-//!   own timeout stops at the response head and says `CANCELLED`; a server
-//!   stalled after its headers held a call indefinitely.) The connect
-//!   timeout comes on top of it (it bounds the wait for a connection).
-//! - **TLS** as [`crate::tls::client_endpoint`] decides it (`https://`, or
-//!   any address once `--tls-ca` is set), with ALPN `h2`.
-//!
-//! And what it adds:
+//! What [`GrpcChannel`] adds:
+//! - **The call deadline over the whole reply.** tonic reads the
+//!   `grpc-timeout` header `Request::set_timeout` writes, but its timer
+//!   stops at the response head and fails the call `CANCELLED`: a server
+//!   (or a path to it) stalled after its headers would hold the call
+//!   indefinitely. Here the deadline runs from the call's start to the end
+//!   of the reply — head, body and trailers — and a call past it fails
+//!   `DEADLINE_EXCEEDED`.
 //! - **A call past its deadline retires its connection**: the next call
 //!   opens a new one (calls in flight finish on the old one). A peer that
 //!   vanished without closing the connection (no RST, no FIN: a host gone,
 //!   a network partition) would otherwise time out every call sent on it
 //!   until the keep-alive ping noticed, up to 40 s — long enough to use up
 //!   a step's attempts and compensate sagas that did not need it.
-//! - **A request the connection never took** (it closed between the check
-//!   and the send) is sent once more on a new connection: it cannot have
-//!   reached the server, so the caller loses none of its attempts to it.
-//! - **HTTP/2 keep-alive pings** (every [`KEEP_ALIVE_INTERVAL`], also idle),
-//!   so an idle connection whose peer vanished is replaced before a call
-//!   finds out.
 
-use crate::tls::{ALPN_H2, ClientTarget, TlsConfig, TlsError, client_target};
-use hyper::body::Incoming;
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use crate::coalesced_writes::CoalescedWrites;
+use crate::tls::{TlsConfig, TlsError};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -48,6 +54,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tonic::body::Body;
 use tonic::codegen::http;
+use tonic::transport::{Channel, Endpoint};
+use tower_service::Service;
 
 /// How often an HTTP/2 ping checks the connection.
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -58,11 +66,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a call on a [`GrpcChannel`] returns.
 pub type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<http::Response<ResponseBody>, BoxError>> + Send + 'static>>;
+    Pin<Box<dyn Future<Output = Result<http::Response<ReplyBody>, BoxError>> + Send + 'static>>;
 
-/// A channel to one gRPC server: one lazily opened HTTP/2 connection
-/// (plaintext or TLS), shared by clones, reopened when it closes. Use it
-/// wherever tonic's `Channel` goes (`XServiceClient::new(channel)`).
+/// A channel to one gRPC server: tonic's lazily connecting [`Channel`],
+/// shared by clones, with the call deadline enforced over the whole reply
+/// (see the module docs). Use it wherever tonic's `Channel` goes
+/// (`XServiceClient::new(channel)`).
 #[derive(Clone)]
 pub struct GrpcChannel {
     shared: Arc<Shared>,
@@ -71,27 +80,27 @@ pub struct GrpcChannel {
 impl std::fmt::Debug for GrpcChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GrpcChannel")
-            .field("uri", &self.shared.target.uri)
-            .field("tls", &self.shared.target.tls.is_some())
+            .field("uri", self.uri())
             .finish()
     }
 }
 
 struct Shared {
-    target: ClientTarget,
+    /// TLS, keep-alive; the TLS handshake timeout.
+    endpoint: Endpoint,
+    /// For [`Connector`].
     connect_timeout: Duration,
-    state: Mutex<State>,
-    /// Held while one connection attempt runs.
-    connecting: tokio::sync::Mutex<()>,
+    /// The channel calls go to; `None` until the first call (a tonic
+    /// channel needs the runtime it runs on) and after one was retired.
+    current: Mutex<Option<Current>>,
 }
 
-#[derive(Default)]
-struct State {
-    open: Option<Open>,
-    /// Connection attempts finished so far.
-    attempts: u64,
-    /// Why the last attempt failed.
-    last_error: Option<String>,
+/// The channel in use and which one it is (one more per channel made), so
+/// that a call retires exactly the channel it saw time out, never a newer
+/// one another call made since.
+struct Current {
+    channel: Channel,
+    id: u64,
 }
 
 impl GrpcChannel {
@@ -100,51 +109,167 @@ impl GrpcChannel {
     /// connecting on first use; each connection attempt may take
     /// `connect_timeout`. Only a bad address or TLS file is an error here.
     pub fn lazy(addr: &str, tls: &TlsConfig, connect_timeout: Duration) -> Result<Self, TlsError> {
-        let target = client_target(addr, tls)?;
+        let endpoint =
+            crate::tls::client_endpoint_with_handshake_timeout(addr, tls, connect_timeout)?
+                .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+                .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+                .keep_alive_while_idle(true);
         Ok(GrpcChannel {
             shared: Arc::new(Shared {
-                target,
+                endpoint,
                 connect_timeout,
-                state: Mutex::new(State::default()),
-                connecting: tokio::sync::Mutex::new(()),
+                current: Mutex::new(None),
             }),
         })
     }
 
     /// The server's URI (`https://` when TLS is used).
     pub fn uri(&self) -> &http::Uri {
-        &self.shared.target.uri
+        self.shared.endpoint.uri()
     }
 }
 
-impl tower_service::Service<http::Request<Body>> for GrpcChannel {
-    type Response = http::Response<ResponseBody>;
+impl Shared {
+    fn current(&self) -> MutexGuard<'_, Option<Current>> {
+        // Every write under this lock is one assignment: a panic while it
+        // is held cannot leave it half written.
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The channel in use (made now if there is none) and its id.
+    fn channel(&self) -> (Channel, u64) {
+        let mut current = self.current();
+        if let Some(c) = current.as_ref() {
+            return (c.channel.clone(), c.id);
+        }
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let channel = self
+            .endpoint
+            .connect_with_connector_lazy(Connector::new(self.connect_timeout));
+        *current = Some(Current {
+            channel: channel.clone(),
+            id,
+        });
+        (channel, id)
+    }
+
+    /// Retires channel `id` if it is still the one in use: the next call
+    /// makes a new one, with a connection of its own. Calls in flight on
+    /// the old one finish there; its connection closes after the last.
+    fn retire(&self, id: u64) {
+        let mut current = self.current();
+        if current.as_ref().is_some_and(|c| c.id == id) {
+            *current = None;
+        }
+    }
+}
+
+/// TCP to every address of the URI's host (hyper-util's Happy Eyeballs),
+/// `TCP_NODELAY`, the resolution and the connect within the connect
+/// timeout (each address with its share of it); the stream written through
+/// [`CoalescedWrites`]. tonic adds TLS on top for `https://`.
+#[derive(Clone)]
+struct Connector {
+    http: HttpConnector,
+    connect_timeout: Duration,
+}
+
+type Connected = TokioIo<CoalescedWrites<tokio::net::TcpStream>>;
+
+impl Connector {
+    fn new(connect_timeout: Duration) -> Self {
+        Connector {
+            http: configured(HttpConnector::new(), connect_timeout),
+            connect_timeout,
+        }
+    }
+}
+
+/// `http` as the channel connects: any scheme (tonic adds TLS),
+/// `TCP_NODELAY`, `connect_timeout` shared among a name's addresses.
+fn configured<R>(mut http: HttpConnector<R>, connect_timeout: Duration) -> HttpConnector<R> {
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    http
+}
+
+impl Service<http::Uri> for Connector {
+    type Response = Connected;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Connected, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(BoxError::from)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connecting = tokio::time::timeout(self.connect_timeout, self.http.call(uri));
+        let timeout = self.connect_timeout;
+        Box::pin(async move {
+            let tcp = connecting
+                .await
+                .map_err(|_| format!("connect timed out after {timeout:?}"))??
+                .into_inner();
+            Ok(TokioIo::new(CoalescedWrites(tcp)))
+        })
+    }
+}
+
+impl Service<http::Request<Body>> for GrpcChannel {
+    type Response = http::Response<ReplyBody>;
     type Error = BoxError;
     type Future = ResponseFuture;
 
-    /// Always ready: HTTP/2 flow control and the server's stream limit
-    /// apply back-pressure inside the call.
+    /// Always ready: the call itself waits for tonic's channel.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: http::Request<Body>) -> ResponseFuture {
+        let deadline = crate::deadline::of(request.headers()).map(|timeout| Deadline {
+            sleep: Box::pin(tokio::time::sleep(timeout)),
+            timeout,
+        });
         let shared = self.shared.clone();
+        let (channel, id) = shared.channel();
+        let reply = tower::ServiceExt::oneshot(channel, request);
         Box::pin(async move {
-            let (mut head, body) = request.into_parts();
-            let deadline = crate::deadline::of(&head.headers).map(|timeout| Deadline {
-                sleep: Box::pin(tokio::time::sleep(timeout)),
-                timeout,
-            });
-            let mut uri = http::uri::Parts::from(std::mem::take(&mut head.uri));
-            uri.scheme = shared.target.uri.scheme().cloned();
-            uri.authority = shared.target.uri.authority().cloned();
-            head.uri = http::Uri::from_parts(uri)?;
-            shared
-                .exchange(http::Request::from_parts(head, body), deadline)
-                .await
+            let Some(mut deadline) = deadline else {
+                let response = reply.await.map_err(BoxError::from)?;
+                return Ok(response.map(|inner| ReplyBody {
+                    inner,
+                    deadline: None,
+                }));
+            };
+            let response = tokio::select! {
+                biased;
+                response = reply => response.map_err(BoxError::from),
+                () = deadline.sleep.as_mut() => Err(deadline.exceeded()),
+            };
+            match response {
+                Ok(response) => Ok(response.map(|inner| ReplyBody {
+                    inner,
+                    deadline: Some((deadline, shared, id)),
+                })),
+                Err(error) if timed_out(error.as_ref()) => {
+                    shared.retire(id);
+                    Err(deadline.exceeded())
+                }
+                Err(error) => Err(error),
+            }
         })
     }
+}
+
+/// Whether `error` is a call's deadline passing: this channel's own, or
+/// tonic's timer on the same `grpc-timeout` (which says `CANCELLED`).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.is::<tonic::TimeoutExpired>()
+        || error
+            .downcast_ref::<tonic::Status>()
+            .is_some_and(|s| s.code() == tonic::Code::DeadlineExceeded)
 }
 
 /// A call's deadline: one timer for the whole call, the response head and
@@ -155,27 +280,29 @@ struct Deadline {
 }
 
 impl Deadline {
-    fn exceeded(&self) -> BoxError {
-        Box::new(tonic::Status::deadline_exceeded(format!(
+    fn status(&self) -> tonic::Status {
+        tonic::Status::deadline_exceeded(format!(
             "no complete reply within the call's deadline ({:?})",
             self.timeout
-        )))
+        ))
+    }
+
+    fn exceeded(&self) -> BoxError {
+        Box::new(self.status())
     }
 }
 
-/// The response body of a [`GrpcChannel`] call: hyper's body, failing with
-/// `DEADLINE_EXCEEDED` once the call's deadline passes. The deadline
-/// covers the whole reply, not only its head: a server (or a path to it)
-/// that stalls after the response headers cannot hold a call past its
-/// deadline, and the connection is then replaced as after any timeout.
-pub struct ResponseBody {
-    inner: Incoming,
+/// The response body of a [`GrpcChannel`] call: tonic's body, failing with
+/// `DEADLINE_EXCEEDED` once the call's deadline passes (and retiring the
+/// channel, as a call whose head came too late does).
+pub struct ReplyBody {
+    inner: Body,
     deadline: Option<(Deadline, Arc<Shared>, u64)>,
 }
 
-impl std::fmt::Debug for ResponseBody {
+impl std::fmt::Debug for ReplyBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody")
+        f.debug_struct("ReplyBody")
             .field("inner", &self.inner)
             .field(
                 "deadline",
@@ -185,224 +312,37 @@ impl std::fmt::Debug for ResponseBody {
     }
 }
 
-impl http_body::Body for ResponseBody {
+impl http_body::Body for ReplyBody {
     type Data = bytes::Bytes;
-    type Error = BoxError;
+    type Error = tonic::Status;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, BoxError>>> {
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
         let this = &mut *self;
-        if let Some((deadline, shared, connection)) = &mut this.deadline
+        if let Some((deadline, shared, id)) = &mut this.deadline
             && deadline.sleep.as_mut().poll(cx).is_ready()
         {
-            shared.forget(*connection);
-            return Poll::Ready(Some(Err(deadline.exceeded())));
+            shared.retire(*id);
+            return Poll::Ready(Some(Err(deadline.status())));
         }
-        Pin::new(&mut this.inner)
-            .poll_frame(cx)
-            .map(|frame| frame.map(|f| f.map_err(BoxError::from)))
+        Pin::new(&mut this.inner).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        http_body::Body::is_end_stream(&self.inner)
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        http_body::Body::size_hint(&self.inner)
     }
-}
-
-/// An open connection: its sender and which connection it is (one more
-/// per connection opened), so that a call can retire exactly the
-/// connection it saw fail, never a newer one another call opened since.
-#[derive(Clone)]
-struct Open {
-    sender: SendRequest<Body>,
-    id: u64,
-}
-
-/// Sends `request` once on `open`; a request the connection never took
-/// (it closed first) comes back with the error.
-async fn send_once(
-    open: &mut Open,
-    request: http::Request<Body>,
-) -> Result<http::Response<Incoming>, (hyper::Error, Option<http::Request<Body>>)> {
-    if let Err(error) = open.sender.ready().await {
-        return Err((error, Some(request)));
-    }
-    open.sender
-        .try_send_request(request)
-        .await
-        .map_err(|mut e| {
-            let request = e.take_message();
-            (e.into_error(), request)
-        })
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        // A panic while holding this lock cannot leave `State` half
-        // written (every write is one assignment), so a poisoned lock is
-        // still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// One call: the request on the open connection (connecting first if
-    /// there is none) within the deadline, then the reply's body within the
-    /// same deadline.
-    ///
-    /// A request the connection never took — it closed between the check
-    /// and the send, typically after the server's GOAWAY on a graceful
-    /// restart — is sent once more on a new connection: it cannot have
-    /// reached the server, so resending it is not a retry of the call and
-    /// costs the caller none of its attempts. A call whose deadline passes
-    /// retires its connection: a peer that vanished without closing it
-    /// (no RST, no FIN) would otherwise time out every call sent on it
-    /// until the keep-alive ping notices, up to 40 s later.
-    async fn exchange(
-        self: Arc<Self>,
-        mut request: http::Request<Body>,
-        mut deadline: Option<Deadline>,
-    ) -> Result<http::Response<ResponseBody>, BoxError> {
-        let mut resent = false;
-        loop {
-            let mut open = self.sender().await?;
-            let sent = match &mut deadline {
-                Some(d) => tokio::select! {
-                    biased;
-                    sent = send_once(&mut open, request) => sent,
-                    () = d.sleep.as_mut() => {
-                        self.forget(open.id);
-                        return Err(d.exceeded());
-                    }
-                },
-                None => send_once(&mut open, request).await,
-            };
-            match sent {
-                Ok(response) => {
-                    let id = open.id;
-                    return Ok(response.map(|inner| ResponseBody {
-                        inner,
-                        deadline: deadline.map(|d| (d, self.clone(), id)),
-                    }));
-                }
-                Err((error, Some(unsent))) if !resent => {
-                    tracing::debug!(uri = %self.target.uri, %error, "the connection closed before taking the request: sending it on a new one");
-                    self.forget(open.id);
-                    request = unsent;
-                    resent = true;
-                }
-                Err((error, _)) => return Err(error.into()),
-            }
-        }
-    }
-
-    /// Retires connection `id` if it is still the open one: the next call
-    /// opens a new connection. Calls in flight on it finish there (each
-    /// holds its own sender); the connection closes after the last.
-    fn forget(&self, id: u64) {
-        let mut state = self.state();
-        if state.open.as_ref().is_some_and(|open| open.id == id) {
-            state.open = None;
-        }
-    }
-
-    /// The open connection, connecting first if there is none.
-    async fn sender(&self) -> Result<Open, BoxError> {
-        let attempts_seen = {
-            let state = self.state();
-            if let Some(open) = state.open.as_ref().filter(|o| !o.sender.is_closed()) {
-                return Ok(open.clone());
-            }
-            state.attempts
-        };
-        let _one_attempt = self.connecting.lock().await;
-        {
-            let state = self.state();
-            if let Some(open) = state.open.as_ref().filter(|o| !o.sender.is_closed()) {
-                return Ok(open.clone());
-            }
-            if state.attempts != attempts_seen
-                && let Some(why) = &state.last_error
-            {
-                // An attempt ran while this call waited, and failed: its
-                // answer is this call's too. (One that succeeded and whose
-                // connection has closed since is no answer: connect again.)
-                return Err(tonic::ConnectError(why.clone().into()).into());
-            }
-        }
-        let outcome = match tokio::time::timeout(self.connect_timeout, self.connect()).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(format!("connect timed out after {:?}", self.connect_timeout).into()),
-        };
-        let mut state = self.state();
-        state.attempts += 1;
-        match outcome {
-            Ok(sender) => {
-                let open = Open {
-                    sender,
-                    id: state.attempts,
-                };
-                state.open = Some(open.clone());
-                state.last_error = None;
-                Ok(open)
-            }
-            Err(error) => {
-                let why = crate::tls::error_chain(error.as_ref());
-                tracing::debug!(uri = %self.target.uri, error = %why, "connection attempt failed");
-                state.open = None;
-                state.last_error = Some(why.clone());
-                Err(tonic::ConnectError(why.into()).into())
-            }
-        }
-    }
-
-    /// TCP (every address of the name, [`crate::dial`]; `TCP_NODELAY`), TLS
-    /// when configured, the HTTP/2 handshake; the connection is driven by a
-    /// task of its own until it closes.
-    async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
-        let target = &self.target;
-        let tcp = crate::dial::connect(target.host(), target.port()).await?;
-        tcp.set_nodelay(true)?;
-        match &target.tls {
-            Some(tls) => {
-                let tls = tokio_rustls::TlsConnector::from(tls.config.clone())
-                    .connect(tls.server_name.clone(), tcp)
-                    .await?;
-                if tls.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
-                    return Err("the server did not agree to HTTP/2 (ALPN h2)".into());
-                }
-                handshake(tls).await
-            }
-            None => handshake(crate::coalesced_writes::CoalescedWrites(tcp)).await,
-        }
-    }
-}
-
-async fn handshake<IO>(io: IO) -> Result<SendRequest<Body>, BoxError>
-where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
-        .handshake(TokioIo::new(io))
-        .await?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "connection closed with an error");
-        }
-    });
-    Ok(sender)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn addresses_decide_plaintext_or_tls() {
@@ -413,33 +353,70 @@ mod tests {
         assert_eq!(tls.uri().scheme_str(), Some("https"));
         let ipv6 = GrpcChannel::lazy("https://[::1]:1", &TlsConfig::default(), t).unwrap();
         assert_eq!(ipv6.uri().host(), Some("[::1]"));
-        assert_eq!(
-            ipv6.shared.target.host(),
-            "::1",
-            "connected to without brackets"
-        );
-        let tls_name = ipv6
-            .shared
-            .target
-            .tls
-            .as_ref()
-            .map(|t| t.server_name.to_str());
-        assert_eq!(tls_name.as_deref(), Some("::1"));
         let default_port =
             GrpcChannel::lazy("https://localhost", &TlsConfig::default(), t).unwrap();
-        assert_eq!(default_port.shared.target.port(), 443);
-        assert_eq!(plain.shared.target.port(), 1);
-        assert!(plain.shared.target.tls.is_none());
+        assert_eq!(default_port.uri().port_u16(), None, "https's 443");
         let e = GrpcChannel::lazy("ftp://localhost:1", &TlsConfig::default(), t).unwrap_err();
         assert!(e.to_string().contains("scheme"), "{e}");
         let e = GrpcChannel::lazy("http://", &TlsConfig::default(), t).unwrap_err();
         assert!(e.to_string().contains("address"), "{e}");
     }
 
+    /// A port nothing listens on (a listener bound, then closed).
+    async fn closed_port() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
     #[tokio::test]
-    async fn calls_waiting_for_one_connection_attempt_share_its_failure() {
-        // A TCP listener that never speaks: the TLS handshake hangs until
-        // the connect timeout.
+    async fn every_address_of_a_name_is_tried_with_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live = listener.local_addr().unwrap();
+        let dead = std::net::SocketAddr::from(([127, 0, 0, 1], closed_port().await));
+        // A name that resolves to a refusing address first, then the live one.
+        let resolver = tower::service_fn(move |_name| async move {
+            Ok::<_, std::io::Error>(vec![dead, live].into_iter())
+        });
+        let mut http = configured(
+            HttpConnector::new_with_resolver(resolver),
+            Duration::from_secs(30),
+        );
+        let uri: http::Uri = format!("https://replicas.test:{}", live.port())
+            .parse()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let tcp = http.call(uri).await.expect("the live address connects");
+        assert_eq!(tcp.inner().peer_addr().unwrap(), live);
+        assert!(tcp.inner().nodelay().unwrap(), "TCP_NODELAY");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "a refusal passes the address over without using up the timeout"
+        );
+        let plain = Connector::new(Duration::from_secs(30))
+            .call(format!("http://localhost:{}", live.port()).parse().unwrap())
+            .await
+            .expect("a name connects");
+        assert!(plain.inner().0.nodelay().unwrap(), "TCP_NODELAY");
+        let _accepted = listener.accept().await.unwrap();
+    }
+
+    fn health_client(
+        channel: &GrpcChannel,
+    ) -> tonic_health::pb::health_client::HealthClient<GrpcChannel> {
+        tonic_health::pb::health_client::HealthClient::new(channel.clone())
+    }
+
+    fn check(timeout: Option<Duration>) -> tonic::Request<tonic_health::pb::HealthCheckRequest> {
+        let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest::default());
+        if let Some(timeout) = timeout {
+            request.set_timeout(timeout);
+        }
+        request
+    }
+
+    #[tokio::test]
+    async fn the_connect_timeout_bounds_the_tls_handshake_too() {
+        // A TCP listener that never speaks: the TLS handshake hangs.
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = silent.local_addr().unwrap();
         let connect_timeout = Duration::from_millis(300);
@@ -450,33 +427,54 @@ mod tests {
         )
         .unwrap();
         let started = std::time::Instant::now();
-        let calls = (0..8).map(|_| {
-            let mut channel = channel.clone();
-            async move {
-                let request = http::Request::builder()
-                    .uri("/x.Y/Z")
-                    .body(Body::empty())
-                    .expect("request");
-                tower_service::Service::call(&mut channel, request).await
-            }
-        });
-        let results = futures::future::join_all(calls).await;
+        let status = tokio::time::timeout(
+            Duration::from_secs(10),
+            health_client(&channel).check(check(None)),
+        )
+        .await
+        .expect("a silent server held the call past the connect timeout")
+        .expect_err("the server never answers");
         let elapsed = started.elapsed();
-        for result in results {
-            let error = result.expect_err("the server never answers");
-            assert!(error.is::<tonic::ConnectError>(), "{error:?}");
-            assert!(error.to_string().contains("timed out"), "{error}");
-            let status = tonic::Status::from_error(error);
-            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-        }
-        assert_eq!(
-            channel.shared.state().attempts,
-            1,
-            "one attempt for 8 calls"
-        );
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        let why = crate::tls::error_chain(&status);
+        assert!(why.to_lowercase().contains("timeout"), "{why}");
         assert!(
-            elapsed < connect_timeout * 3,
-            "8 queued calls took {elapsed:?}: one connect timeout each?"
+            elapsed >= connect_timeout && elapsed < connect_timeout * 3,
+            "{elapsed:?}"
+        );
+        drop(silent);
+    }
+
+    #[tokio::test]
+    async fn calls_to_a_server_that_never_answers_end_at_their_deadline() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let channel = GrpcChannel::lazy(
+            &format!("https://localhost:{}", addr.port()),
+            &TlsConfig::default(),
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        let deadline = Duration::from_millis(800);
+        let started = std::time::Instant::now();
+        let calls = (0..8).map(|_| {
+            let mut client = health_client(&channel);
+            async move { client.check(check(Some(deadline))).await }
+        });
+        for result in futures::future::join_all(calls).await {
+            let status = result.expect_err("the server never answers");
+            assert!(
+                matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                ),
+                "{status:?}"
+            );
+        }
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < deadline * 2,
+            "8 calls queued for one connection took {elapsed:?}: longer than their deadline"
         );
         drop(silent);
     }
@@ -513,20 +511,33 @@ mod tests {
         }
     }
 
-    /// An HTTP/2 server on a free port that replies as `script` says;
-    /// counts the connections it accepted.
-    async fn scripted_server(script: Script) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use std::sync::atomic::{AtomicUsize, Ordering};
+    /// What a scripted server saw.
+    #[derive(Default)]
+    struct Seen {
+        connections: AtomicUsize,
+        /// The `grpc-timeout` of the last request.
+        grpc_timeout: Mutex<Option<String>>,
+    }
+
+    /// An HTTP/2 server on a free port that replies as `script` says.
+    async fn scripted_server(script: Script) -> (String, Arc<Seen>) {
+        use hyper_util::rt::TokioExecutor;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
+        let seen = Arc::new(Seen::default());
+        let server_seen = seen.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                counter.fetch_add(1, Ordering::SeqCst);
+                server_seen.connections.fetch_add(1, Ordering::SeqCst);
                 let (replied, on_reply) = tokio::sync::mpsc::unbounded_channel::<()>();
-                let service = hyper::service::service_fn(move |_request| {
+                let seen = server_seen.clone();
+                let service = hyper::service::service_fn(move |request: http::Request<_>| {
                     let _ = replied.send(());
+                    *seen.grpc_timeout.lock().unwrap() = request
+                        .headers()
+                        .get(crate::deadline::GRPC_TIMEOUT)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
                     let (frames, stall) = match script {
                         Script::StallAfterHeaders => (vec![], true),
                         Script::OneReplyThenGoAway => {
@@ -564,25 +575,12 @@ mod tests {
                 });
             }
         });
-        (addr, accepted)
-    }
-
-    fn health_client(
-        channel: &GrpcChannel,
-    ) -> tonic_health::pb::health_client::HealthClient<GrpcChannel> {
-        tonic_health::pb::health_client::HealthClient::new(channel.clone())
-    }
-
-    fn check(timeout: Duration) -> tonic::Request<tonic_health::pb::HealthCheckRequest> {
-        let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest::default());
-        request.set_timeout(timeout);
-        request
+        (addr, seen)
     }
 
     #[tokio::test]
     async fn the_deadline_covers_the_reply_body_and_retires_the_connection() {
-        use std::sync::atomic::Ordering;
-        let (addr, accepted) = scripted_server(Script::StallAfterHeaders).await;
+        let (addr, seen) = scripted_server(Script::StallAfterHeaders).await;
         let channel =
             GrpcChannel::lazy(&addr, &TlsConfig::default(), Duration::from_secs(2)).unwrap();
         let timeout = Duration::from_millis(300);
@@ -590,7 +588,7 @@ mod tests {
             let started = std::time::Instant::now();
             let outcome = tokio::time::timeout(
                 Duration::from_secs(10),
-                health_client(&channel).check(check(timeout)),
+                health_client(&channel).check(check(Some(timeout))),
             )
             .await
             .expect("a reply stalled after its headers held the call past its deadline");
@@ -602,17 +600,22 @@ mod tests {
                 "call {call} took {elapsed:?}"
             );
             assert_eq!(
-                accepted.load(Ordering::SeqCst),
+                seen.connections.load(Ordering::SeqCst),
                 call,
                 "each timed-out call retires its connection: the next one opens a new one"
+            );
+            let sent = seen.grpc_timeout.lock().unwrap().clone();
+            let sent = sent.as_deref().and_then(crate::deadline::parse);
+            assert!(
+                sent.is_some_and(|t| t <= timeout && t > timeout / 2),
+                "the server is told the deadline: {sent:?}"
             );
         }
     }
 
     #[tokio::test]
     async fn connections_closed_gracefully_under_traffic_fail_no_call() {
-        use std::sync::atomic::Ordering;
-        let (addr, accepted) = scripted_server(Script::OneReplyThenGoAway).await;
+        let (addr, seen) = scripted_server(Script::OneReplyThenGoAway).await;
         let channel =
             GrpcChannel::lazy(&addr, &TlsConfig::default(), Duration::from_secs(2)).unwrap();
         // Eight callers at once, so that calls are queued on a connection
@@ -625,7 +628,7 @@ mod tests {
                 let mut failed = Vec::new();
                 for _ in 0..each {
                     let reply = health_client(&channel)
-                        .check(check(Duration::from_secs(5)))
+                        .check(check(Some(Duration::from_secs(5))))
                         .await;
                     if let Err(status) = reply {
                         failed.push(status);
@@ -644,7 +647,7 @@ mod tests {
         );
         // (hyper's graceful shutdown still serves the streams opened
         // before its final GOAWAY: ~10 calls per connection here.)
-        let connections = accepted.load(Ordering::SeqCst);
+        let connections = seen.connections.load(Ordering::SeqCst);
         assert!(
             connections >= 5,
             "the server closed its connections again and again under traffic: {connections}"

@@ -8,7 +8,7 @@
 //! go out in a write — a syscall, a TCP segment, a wake-up and a read on
 //! the other side — of their own. Measured on the orchestrator at
 //! concurrency 64: 1,422 ten-byte trailer writes beside ~1,650 reply
-//! writes (BENCHMARKS.md, session 12). A connection that says it has no
+//! writes. A connection that says it has no
 //! vectored writes makes h2 copy payloads up to 1 KiB into the buffer
 //! instead (its `CHAIN_THRESHOLD_WITHOUT_VECTORED_IO`), so a reply of a few
 //! hundred bytes and its trailers leave together; larger payloads still go
@@ -16,6 +16,9 @@
 //! participant's batch reply of more than 1 KiB: measured +0.01 writes per
 //! saga against the orchestrator's −0.9). Over TLS h2 sees the TLS stream,
 //! not this, and nothing changes.
+//!
+//! Used by every server's accepted connections ([`crate::server`]) and by
+//! the client channel's connections ([`crate::channel`]).
 
 use std::io;
 use std::pin::Pin;

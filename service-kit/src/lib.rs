@@ -3,9 +3,10 @@
 //! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
 //!   checked by the admin RPCs and attached by their clients.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
-//!   participants through (one HTTP/2 connection, no buffer task).
-//! - [`dial`]: TCP to a name's addresses, the next one tried when the one
-//!   before neither connects nor fails within 250 ms (Happy Eyeballs).
+//!   participants through: tonic's `Channel`, with the call deadline held
+//!   over the whole reply.
+//! - [`coalesced_writes`]: a connection that lets h2 send a small message
+//!   and its trailers in one write (servers and the client channel).
 //! - [`deadline`]: the `grpc-timeout` header, read by servers and by the
 //!   client channel.
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
@@ -34,7 +35,6 @@ pub mod auth;
 pub mod channel;
 pub mod coalesced_writes;
 pub mod deadline;
-pub mod dial;
 pub mod fingerprint;
 pub mod metrics;
 pub mod retention;

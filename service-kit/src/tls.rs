@@ -22,9 +22,9 @@
 //! aws-lc is never built).
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::Once;
 use std::time::Duration;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 
@@ -158,14 +158,6 @@ fn private_key(
     Ok((pem, key))
 }
 
-/// A certificate chain and its private key, as PEM and as DER.
-struct KeyPair {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-}
-
 impl TlsConfig {
     /// Whether this process serves TLS (certificate and key are set).
     pub fn server_enabled(&self) -> bool {
@@ -184,38 +176,23 @@ impl TlsConfig {
         Ok(())
     }
 
-    /// Certificate and key as a tonic identity, checked to belong together.
+    /// `--tls-cert` and `--tls-key` as a tonic identity, read and checked
+    /// to belong together.
     fn identity(&self) -> Result<Option<Identity>, TlsError> {
-        Ok(self
-            .key_pair()?
-            .map(|pair| Identity::from_pem(pair.cert_pem, pair.key_pem)))
-    }
-
-    /// `--tls-cert` and `--tls-key`, read and checked to belong together.
-    fn key_pair(&self) -> Result<Option<KeyPair>, TlsError> {
         let (Some(cert_path), Some(key_path)) = (&self.tls_cert, &self.tls_key) else {
             return Ok(None);
         };
         let (cert_pem, chain) = certificates("--tls-cert", cert_path)?;
         let (key_pem, key) = private_key("--tls-key", key_path)?;
-        rustls::sign::CertifiedKey::from_der(
-            chain.clone(),
-            key.clone_key(),
-            &rustls::crypto::ring::default_provider(),
-        )
-        .map_err(|e| {
-            invalid(
-                "--tls-key",
-                key_path,
-                format!("does not fit --tls-cert {} ({e})", cert_path.display()),
-            )
-        })?;
-        Ok(Some(KeyPair {
-            cert_pem,
-            key_pem,
-            chain,
-            key,
-        }))
+        rustls::sign::CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
+            .map_err(|e| {
+                invalid(
+                    "--tls-key",
+                    key_path,
+                    format!("does not fit --tls-cert {} ({e})", cert_path.display()),
+                )
+            })?;
+        Ok(Some(Identity::from_pem(cert_pem, key_pem)))
     }
 
     fn ca(&self) -> Result<Option<Certificate>, TlsError> {
@@ -270,57 +247,7 @@ impl TlsConfig {
         }
         Ok(Some(config))
     }
-
-    /// [`TlsConfig::client_tls`] as a rustls client configuration (the
-    /// same roots, the same client certificate, ALPN `h2`), for clients
-    /// that connect without tonic's channel ([`crate::channel`]).
-    pub fn client_rustls(
-        &self,
-        use_tls: bool,
-    ) -> Result<Option<Arc<rustls::ClientConfig>>, TlsError> {
-        self.validate()?;
-        let ca = match &self.tls_ca {
-            Some(path) => Some((path, certificates("--tls-ca", path)?.1)),
-            None => None,
-        };
-        if !use_tls && ca.is_none() {
-            return Ok(None);
-        }
-        install_crypto_provider();
-        let mut roots = rustls::RootCertStore::empty();
-        match ca {
-            Some((path, certs)) => {
-                for cert in certs {
-                    roots.add(cert).map_err(|e| {
-                        invalid(
-                            "--tls-ca",
-                            path,
-                            format!("not a usable CA certificate ({e})"),
-                        )
-                    })?;
-                }
-            }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Setup(e.to_string()))?
-        .with_root_certificates(roots);
-        let mut config = match self.key_pair()? {
-            Some(pair) => builder
-                .with_client_auth_cert(pair.chain, pair.key)
-                .map_err(|e| TlsError::Setup(e.to_string()))?,
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![ALPN_H2.to_vec()];
-        Ok(Some(Arc::new(config)))
-    }
 }
-
-/// The ALPN protocol id of HTTP/2, which gRPC over TLS must negotiate.
-pub const ALPN_H2: &[u8] = b"h2";
 
 /// `addr` (`http://host:port`, `https://host:port` or bare `host:port`)
 /// as (whether `https://` was asked for, `host:port…`).
@@ -344,6 +271,24 @@ fn split_address(addr: &str) -> Result<(bool, &str), TlsError> {
 /// (then `http://` and bare addresses are upgraded to `https://`). The
 /// server's certificate must name the host of `addr`.
 pub fn client_endpoint(addr: &str, tls: &TlsConfig) -> Result<Endpoint, TlsError> {
+    endpoint(addr, tls, None)
+}
+
+/// [`client_endpoint`] whose TLS handshake gives up after
+/// `handshake_timeout` (as a failed connection attempt: UNAVAILABLE).
+pub fn client_endpoint_with_handshake_timeout(
+    addr: &str,
+    tls: &TlsConfig,
+    handshake_timeout: Duration,
+) -> Result<Endpoint, TlsError> {
+    endpoint(addr, tls, Some(handshake_timeout))
+}
+
+fn endpoint(
+    addr: &str,
+    tls: &TlsConfig,
+    handshake_timeout: Option<Duration>,
+) -> Result<Endpoint, TlsError> {
     let bad = |problem: String| TlsError::Address {
         addr: addr.to_owned(),
         problem,
@@ -357,73 +302,18 @@ pub fn client_endpoint(addr: &str, tls: &TlsConfig) -> Result<Endpoint, TlsError
     };
     let endpoint = Endpoint::from_shared(format!("{scheme}://{rest}"))
         .map_err(|e| bad(format!("not a valid URI ({e})")))?;
+    if endpoint.uri().host().is_none_or(str::is_empty) {
+        return Err(bad("no host".to_owned()));
+    }
     match client_tls {
         Some(config) => endpoint
-            .tls_config(config)
+            .tls_config(match handshake_timeout {
+                Some(timeout) => config.timeout(timeout),
+                None => config,
+            })
             .map_err(|e| bad(format!("TLS set-up failed ({})", error_chain(&e)))),
         None => Ok(endpoint),
     }
-}
-
-/// Where a client connects, decided as [`client_endpoint`] decides it, for
-/// a client that is not tonic's channel ([`crate::channel`]).
-#[derive(Debug, Clone)]
-pub struct ClientTarget {
-    /// `http://host:port` or `https://host:port`.
-    pub uri: tonic::codegen::http::Uri,
-    /// TLS (`None`: plaintext).
-    pub tls: Option<ClientTlsTarget>,
-}
-
-/// How a client speaks TLS to one server.
-#[derive(Debug, Clone)]
-pub struct ClientTlsTarget {
-    /// Roots, client certificate, ALPN `h2` ([`TlsConfig::client_rustls`]).
-    pub config: Arc<rustls::ClientConfig>,
-    /// The name the server's certificate must carry: the address's host.
-    pub server_name: ServerName<'static>,
-}
-
-impl ClientTarget {
-    /// The host to connect to, without the brackets of an IPv6 address.
-    pub fn host(&self) -> &str {
-        let host = self.uri.host().unwrap_or_default();
-        host.trim_start_matches('[').trim_end_matches(']')
-    }
-
-    /// The port to connect to (the scheme's default when none is given).
-    pub fn port(&self) -> u16 {
-        let default = if self.tls.is_some() { 443 } else { 80 };
-        self.uri.port_u16().unwrap_or(default)
-    }
-}
-
-/// [`client_endpoint`]'s decision as a [`ClientTarget`]: TLS when the
-/// address is `https://` or `tls` has a CA.
-pub fn client_target(addr: &str, tls: &TlsConfig) -> Result<ClientTarget, TlsError> {
-    let bad = |problem: String| TlsError::Address {
-        addr: addr.to_owned(),
-        problem,
-    };
-    let (https, rest) = split_address(addr)?;
-    let config = tls.client_rustls(https)?;
-    let scheme = if config.is_some() { "https" } else { "http" };
-    let uri: tonic::codegen::http::Uri = format!("{scheme}://{rest}")
-        .parse()
-        .map_err(|e| bad(format!("not a valid URI ({e})")))?;
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(bad("no host".to_owned()));
-    }
-    let mut target = ClientTarget { uri, tls: None };
-    if let Some(config) = config {
-        let server_name = ServerName::try_from(target.host().to_owned())
-            .map_err(|e| bad(format!("not a TLS server name ({e})")))?;
-        target.tls = Some(ClientTlsTarget {
-            config,
-            server_name,
-        });
-    }
-    Ok(target)
 }
 
 /// `error: cause: cause…` (tonic's transport errors keep the useful part in
