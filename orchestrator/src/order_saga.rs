@@ -8,12 +8,13 @@
 //! not compile) and add it to that list.
 //!
 //! This is the orchestrator's gRPC client edge: requests carry the call
-//! deadline and trace context ([`call`]), and every participant status is
+//! deadline and trace context ([`call`]), every participant status is
 //! classified into a domain outcome here ([`classify`]), so no wire type
-//! reaches the executor.
+//! reaches the executor, and under load the forward calls of many sagas
+//! share one batch RPC ([`call_batching`]).
 
-pub mod batch;
 pub mod call;
+pub mod call_batching;
 pub mod classify;
 pub mod inventory;
 pub mod payment;

@@ -1,14 +1,14 @@
 //! How the order saga's steps call a participant: every request carries
 //! the call deadline, the saga's trace context and the service token (when
-//! one is configured), and every reply is classified into a domain
-//! [`StepOutcome`] here, at the edge. The same goes for reading what a
+//! one is configured); every reply becomes a domain
+//! [`StepOutcome`](crate::step::StepOutcome) at the edge
+//! ([`super::classify::step_outcome_of`]). The same goes for reading what a
 //! participant recorded under a step's request id
 //! (`participant.v1.OperationHistoryService/ListOperations`, which every
 //! participant serves): [`Caller::records`].
 
-use super::classify::{FailureClass, classify};
 use crate::saga::Saga;
-use crate::step::{ParticipantRecord, StepOutcome};
+use crate::step::ParticipantRecord;
 use saga_proto::participant::v1 as participant;
 use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
 use service_kit::auth::{Role, TokenAuth};
@@ -68,20 +68,6 @@ impl Caller {
     /// The deadline of one participant call.
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
-    }
-
-    /// The domain outcome of a participant's reply.
-    pub fn outcome<T>(reply: Result<T, Status>) -> StepOutcome {
-        match reply {
-            Ok(_) => StepOutcome::Done,
-            Err(status) => {
-                let message = format!("{:?}: {}", status.code(), status.message());
-                match classify(&status) {
-                    FailureClass::Refused => StepOutcome::Refused(message),
-                    FailureClass::Transient => StepOutcome::Transient(message),
-                }
-            }
-        }
     }
 
     /// What the participant on `history` recorded under `request_id`

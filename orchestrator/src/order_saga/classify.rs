@@ -1,6 +1,6 @@
 //! Which participant failures are worth retrying — decided in one place,
 //! at the gRPC edge: the executor only ever sees the resulting
-//! [`StepOutcome`](crate::step::StepOutcome).
+//! [`StepOutcome`].
 //!
 //! A business refusal is an answer: retrying gets the same answer (the
 //! participant recorded it), so the saga compensates at once. Anything else
@@ -8,16 +8,8 @@
 //! the same request id is retried: the participant's barrier turns a repeat
 //! into a replay.
 
+use crate::step::StepOutcome;
 use tonic::{Code, Status};
-
-/// How the executor treats a failed participant call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureClass {
-    /// The participant refused for a business reason: compensate, no retry.
-    Refused,
-    /// Unknown outcome (unreachable, timed out, overloaded, crashed): retry.
-    Transient,
-}
 
 /// How tonic words a message over the receiver's limit: a request over a
 /// participant's (RESOURCE_EXHAUSTED from its server), or a reply over the
@@ -30,19 +22,38 @@ pub fn over_size_limit(status: &Status) -> bool {
     status.message().contains(OVERSIZE)
 }
 
-/// Classifies a gRPC status returned by a participant.
-pub fn classify(status: &Status) -> FailureClass {
+/// The step outcome a participant's reply to a step call means: `Done`,
+/// `Refused` for a business refusal ([`is_refusal`]), else `Transient`;
+/// a failure's outcome carries its code and message.
+pub fn step_outcome_of<T>(reply: Result<T, Status>) -> StepOutcome {
+    match reply {
+        Ok(_) => StepOutcome::Done,
+        Err(status) => {
+            let message = format!("{:?}: {}", status.code(), status.message());
+            if is_refusal(&status) {
+                StepOutcome::Refused(message)
+            } else {
+                StepOutcome::Transient(message)
+            }
+        }
+    }
+}
+
+/// Whether a participant's `status` is its refusal for a business reason
+/// (compensate, no retry) rather than an unknown outcome (unreachable,
+/// timed out, overloaded, crashed: retry).
+pub fn is_refusal(status: &Status) -> bool {
     if status.code() == Code::OutOfRange && over_size_limit(status) {
         // Not the participant's refusal: its reply could not be read. A
         // refused step is not compensated, so this must be retried.
-        return FailureClass::Transient;
+        return false;
     }
     match status.code() {
         Code::FailedPrecondition
         | Code::NotFound
         | Code::InvalidArgument
         | Code::AlreadyExists
-        | Code::OutOfRange => FailureClass::Refused,
+        | Code::OutOfRange => true,
         Code::Ok
         | Code::Unavailable
         | Code::DeadlineExceeded
@@ -54,7 +65,7 @@ pub fn classify(status: &Status) -> FailureClass {
         | Code::Unimplemented
         | Code::DataLoss
         | Code::PermissionDenied
-        | Code::Unauthenticated => FailureClass::Transient,
+        | Code::Unauthenticated => false,
     }
 }
 
@@ -62,29 +73,42 @@ pub fn classify(status: &Status) -> FailureClass {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_code_has_the_intended_class() {
-        let table = [
-            (Code::FailedPrecondition, FailureClass::Refused),
-            (Code::NotFound, FailureClass::Refused),
-            (Code::InvalidArgument, FailureClass::Refused),
-            (Code::AlreadyExists, FailureClass::Refused),
-            (Code::OutOfRange, FailureClass::Refused),
-            (Code::Unavailable, FailureClass::Transient),
-            (Code::DeadlineExceeded, FailureClass::Transient),
-            (Code::ResourceExhausted, FailureClass::Transient),
-            (Code::Aborted, FailureClass::Transient),
-            (Code::Cancelled, FailureClass::Transient),
-            (Code::Unknown, FailureClass::Transient),
-            (Code::Internal, FailureClass::Transient),
-            (Code::Unimplemented, FailureClass::Transient),
-            (Code::DataLoss, FailureClass::Transient),
-            (Code::PermissionDenied, FailureClass::Transient),
-            (Code::Unauthenticated, FailureClass::Transient),
-        ];
-        for (code, class) in table {
-            assert_eq!(classify(&Status::new(code, "x")), class, "{code:?}");
+    /// The outcome of a reply failing with `status`, as `"refused"` or
+    /// `"transient"`, checking the message it carries.
+    fn outcome_of(status: Status) -> &'static str {
+        let expected_message = format!("{:?}: {}", status.code(), status.message());
+        match step_outcome_of::<()>(Err(status)) {
+            StepOutcome::Refused(m) if m == expected_message => "refused",
+            StepOutcome::Transient(m) if m == expected_message => "transient",
+            other => panic!("{other:?} does not carry {expected_message:?}"),
         }
+    }
+
+    #[test]
+    fn every_code_has_the_intended_outcome() {
+        let table = [
+            (Code::FailedPrecondition, "refused"),
+            (Code::NotFound, "refused"),
+            (Code::InvalidArgument, "refused"),
+            (Code::AlreadyExists, "refused"),
+            (Code::OutOfRange, "refused"),
+            (Code::Unavailable, "transient"),
+            (Code::DeadlineExceeded, "transient"),
+            (Code::ResourceExhausted, "transient"),
+            (Code::Aborted, "transient"),
+            (Code::Cancelled, "transient"),
+            (Code::Unknown, "transient"),
+            (Code::Internal, "transient"),
+            (Code::Unimplemented, "transient"),
+            (Code::DataLoss, "transient"),
+            (Code::PermissionDenied, "transient"),
+            (Code::Unauthenticated, "transient"),
+        ];
+        for (code, outcome) in table {
+            assert_eq!(outcome_of(Status::new(code, "x")), outcome, "{code:?}");
+            assert_eq!(is_refusal(&Status::new(code, "x")), outcome == "refused");
+        }
+        assert_eq!(step_outcome_of(Ok(())), StepOutcome::Done);
     }
 
     #[test]
@@ -93,6 +117,7 @@ mod tests {
         let status = Status::out_of_range(
             "Error, decoded message length too large: found 4194400 bytes, the limit is: 4194304 bytes",
         );
-        assert_eq!(classify(&status), FailureClass::Transient);
+        assert!(!is_refusal(&status));
+        assert_eq!(outcome_of(status), "transient");
     }
 }

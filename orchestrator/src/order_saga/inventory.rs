@@ -1,8 +1,9 @@
 //! The order saga's inventory step: deduct every line of the order, put
 //! them back.
 
-use super::batch::{BatchReply, Batcher, BoxFuture, Transport};
 use super::call::{self, Caller};
+use super::call_batching::{BatchReply, Batcher, BoxFuture, Transport};
+use super::classify::step_outcome_of;
 use crate::saga::{Saga, Step};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
@@ -14,7 +15,7 @@ use service_kit::channel::GrpcChannel;
 /// Deduct (action) and Restock (compensation) of inventory-svc.
 pub struct InventoryStep {
     client: InventoryServiceClient<GrpcChannel>,
-    /// Deductions, batched under load ([`super::batch`]).
+    /// Deductions, batched under load ([`super::call_batching`]).
     deductions: Batcher<Deductions>,
     /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
     history: OperationHistoryServiceClient<GrpcChannel>,
@@ -75,7 +76,7 @@ impl SagaStep for InventoryStep {
             request_id: step.request_id.clone(),
             lines: lines(saga),
         };
-        Caller::outcome(self.deductions.call(deduct, call::traceparent(saga)).await)
+        step_outcome_of(self.deductions.call(deduct, call::traceparent(saga)).await)
     }
 
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
@@ -88,7 +89,7 @@ impl SagaStep for InventoryStep {
             .clone()
             .restock(self.caller.request(saga, restock))
             .await;
-        Caller::outcome(reply)
+        step_outcome_of(reply)
     }
 
     async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {

@@ -1,7 +1,8 @@
 //! The order saga's payment step: charge the order's total, refund it.
 
-use super::batch::{BatchReply, Batcher, BoxFuture, Transport};
 use super::call::{self, Caller};
+use super::call_batching::{BatchReply, Batcher, BoxFuture, Transport};
+use super::classify::step_outcome_of;
 use crate::saga::{Saga, Step};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
@@ -13,7 +14,7 @@ use service_kit::channel::GrpcChannel;
 /// Charge (action) and Refund (compensation) of payment-svc.
 pub struct PaymentStep {
     client: PaymentServiceClient<GrpcChannel>,
-    /// Charges, batched under load ([`super::batch`]).
+    /// Charges, batched under load ([`super::call_batching`]).
     charges: Batcher<Charges>,
     /// The same channel's `OperationHistoryService`, for [`SagaStep::records`].
     history: OperationHistoryServiceClient<GrpcChannel>,
@@ -62,7 +63,7 @@ impl SagaStep for PaymentStep {
             customer_id: saga.order.customer_id.clone(),
             amount_cents: saga.order.total_cents,
         };
-        Caller::outcome(self.charges.call(charge, call::traceparent(saga)).await)
+        step_outcome_of(self.charges.call(charge, call::traceparent(saga)).await)
     }
 
     async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
@@ -76,7 +77,7 @@ impl SagaStep for PaymentStep {
             .clone()
             .refund(self.caller.request(saga, refund))
             .await;
-        Caller::outcome(reply)
+        step_outcome_of(reply)
     }
 
     async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {

@@ -1,4 +1,7 @@
-//! Several sagas' calls to one participant in one RPC.
+//! Call batching, the orchestrator's side: several sagas' Charge (or
+//! Deduct) calls to one participant sent as one ChargeBatch (DeductBatch)
+//! RPC, by a [`Batcher`] per kind of call. The participant's side, which
+//! runs each call of a batch on its own, is `participant_kit::batch`.
 //!
 //! Why: at concurrency 64 each RPC end costs tens of microseconds of HTTP/2
 //! and kernel TCP work on both sides, about as much as the participant's
@@ -50,7 +53,7 @@
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
 //! ratio is the mean batch size; calls sent on their own are not counted).
 
-use super::classify::{FailureClass, classify, over_size_limit};
+use super::classify::{is_refusal, over_size_limit};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -441,9 +444,10 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         }
         Err(status) => {
             // The RPC's status, not any call's: never a business refusal.
-            let code = match classify(&status) {
-                FailureClass::Refused => Code::Unknown,
-                FailureClass::Transient => status.code(),
+            let code = if is_refusal(&status) {
+                Code::Unknown
+            } else {
+                status.code()
             };
             let message = format!("batch {:?}: {}", status.code(), status.message());
             for q in batch {
