@@ -106,8 +106,9 @@ struct Current {
 impl GrpcChannel {
     /// A channel to `addr` (`http://host:port`, `https://host:port` or
     /// `host:port`; over TLS as [`crate::tls::client_endpoint`] decides),
-    /// connecting on first use; each connection attempt may take
-    /// `connect_timeout`. Only a bad address or TLS file is an error here.
+    /// connecting on first use; a connection attempt may take
+    /// `connect_timeout` to connect and as long again for the TLS
+    /// handshake. Only a bad address or TLS file is an error here.
     pub fn lazy(addr: &str, tls: &TlsConfig, connect_timeout: Duration) -> Result<Self, TlsError> {
         let endpoint =
             crate::tls::client_endpoint_with_handshake_timeout(addr, tls, connect_timeout)?
