@@ -218,6 +218,7 @@ impl EngineConfig {
             save_every_step: self.save_every_step,
             retention: crate::retention::RetentionSettings::default(),
             console: crate::console::ConsoleSettings::default(),
+            clock: service_kit::clock::system(),
         })
     }
 }

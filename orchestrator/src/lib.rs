@@ -74,6 +74,9 @@ pub struct Settings {
     pub retention: retention::RetentionSettings,
     /// The hosts the console answers to and its cap on live streams.
     pub console: console::ConsoleSettings,
+    /// Where time comes from: leases, deadlines, windows and every sleep of
+    /// the executor (the system clock; a manual one in tests).
+    pub clock: service_kit::clock::SharedClock,
 }
 
 impl Default for Settings {
@@ -87,6 +90,7 @@ impl Default for Settings {
             save_every_step: false,
             retention: retention::RetentionSettings::default(),
             console: console::ConsoleSettings::default(),
+            clock: service_kit::clock::system(),
         }
     }
 }
@@ -141,19 +145,13 @@ pub async fn serve_with_console(
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let hub = Arc::new(hub::SagaHub::new());
-    let executor = Arc::new(
-        Executor::new(
-            store.clone(),
-            definition,
-            settings.retry.clone(),
-            settings.lease.clone(),
-            hub.clone(),
-            shutdown.clone(),
-            settings.max_in_flight,
-        )
-        .saving_every_step(settings.save_every_step)
-        .with_send_window(settings.retention.send_window),
-    );
+    let executor = Arc::new(Executor::new(
+        store.clone(),
+        definition,
+        hub.clone(),
+        shutdown.clone(),
+        &settings,
+    ));
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
     let purge = spawn_purge(store.clone(), &settings, shutdown.clone());
     let app = Arc::new(

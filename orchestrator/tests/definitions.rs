@@ -115,14 +115,18 @@ async fn run(
         ttl: Duration::from_secs(30),
         sweep_interval: Duration::from_secs(1),
     };
+    let settings = orchestrator::Settings {
+        retry,
+        lease,
+        max_in_flight: 16,
+        ..orchestrator::Settings::default()
+    };
     let executor = Executor::new(
         store.clone(),
         definition.clone(),
-        retry,
-        lease,
         Arc::new(SagaHub::new()),
         Shutdown::new(),
-        16,
+        &settings,
     );
     let order = Order {
         order_id: "order-1".into(),

@@ -2,6 +2,8 @@
 //!
 //! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
 //!   checked by the admin RPCs and attached by their clients.
+//! - [`clock`]: time as a parameter ([`clock::Clock`]): the system clock in
+//!   services, a manual one in tests.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
 //!   participants through (one HTTP/2 connection, no buffer task).
 //! - [`dial`]: TCP to a name's addresses, the next one tried when the one
@@ -32,6 +34,7 @@
 
 pub mod auth;
 pub mod channel;
+pub mod clock;
 pub mod coalesced_writes;
 pub mod deadline;
 pub mod dial;

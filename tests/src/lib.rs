@@ -395,8 +395,7 @@ pub fn instance_settings(owner: &str, ttl: Duration, retry: RetryPolicy) -> orch
         max_in_flight: 10_000,
         shutdown_grace: Duration::from_secs(5),
         save_every_step: false,
-        retention: Default::default(),
-        console: Default::default(),
+        ..Default::default()
     }
 }
 

@@ -235,14 +235,16 @@ async fn a_retry_whose_reply_was_lost_still_resumes_the_saga() {
     let (stack, store, orchestrator, saga_id) = planted(|definition| {
         let mut saga = orphan(definition, "failed-1");
         let now = service_kit::time::now_ms();
-        engine::record(&mut saga, Next::Act(0), Outcome::Succeeded, now);
-        engine::record(&mut saga, Next::Act(1), Outcome::Refused("no".into()), now);
-        engine::record(
+        engine::record_outcome(&mut saga, Next::Act(0), Outcome::Succeeded, now).expect("fits");
+        engine::record_outcome(&mut saga, Next::Act(1), Outcome::Refused("no".into()), now)
+            .expect("fits");
+        engine::record_outcome(
             &mut saga,
             Next::Compensate(0),
             Outcome::CompensationGaveUp("down".into()),
             now,
-        );
+        )
+        .expect("fits");
         saga.lease = None;
         saga
     })
