@@ -4,7 +4,7 @@
 //! (`participant_kit::sqlite::transact`): a real SQLite file in a temp dir,
 //! no gRPC, no payment or inventory.
 //!
-//! The effect is a test-only participant of a dozen lines: an action
+//! The effect is a small test-only participant: an action
 //! (`take`) that takes units from named counters — all of them or none, like
 //! a deduction — and its compensation (`give_back`) that puts them back.
 //! It is written only against the kit's public API, exactly as
@@ -16,22 +16,23 @@
 //! storage conformance suites of the `tests` crate, which can start the
 //! MongoDB test server; this crate cannot depend on that launcher.
 //!
-//! Rules:
-//! - [an action the first time](an_action_the_first_time_is_applied_and_recorded)
-//! - [the same action again](an_action_again_with_the_same_parameters_replays_the_record_without_a_second_effect)
-//! - [the same request id, other parameters](an_action_again_with_different_parameters_is_refused_and_changes_nothing)
-//! - [a compensation after its action](a_compensation_of_an_applied_action_undoes_it_once_and_repeats_replay_undone)
-//! - [a compensation before its action](a_compensation_before_its_action_is_a_null_compensation_and_takes_the_action_row)
-//! - [the action after its compensation](an_action_after_its_compensation_is_refused_as_already_compensated)
-//! - [the action again after it was undone](an_action_again_after_it_was_undone_is_refused_as_already_compensated)
-//! - [a compensation of a refused action](a_compensation_of_a_refused_action_has_nothing_to_undo)
-//! - [a refusal is an answer](a_refusal_is_recorded_so_a_retry_gets_the_same_answer)
-//! - [a refusal from outside the rules](a_refusal_decided_outside_the_rules_is_recorded_like_any_other)
-//! - [a rule refused part-way through](a_rule_refused_part_way_through_is_rolled_back_and_verified_before_its_refusal_is_recorded)
-//! - [an impossible record](a_record_in_a_state_the_protocol_never_leaves_is_reported_not_guessed_at)
-//! - concurrency: [duplicate actions](fifty_concurrent_duplicates_of_one_action_apply_exactly_once),
-//!   [duplicate compensations](fifty_concurrent_duplicates_of_one_compensation_undo_exactly_once),
-//!   [an action racing its compensation](an_action_racing_its_compensation_ends_undone_or_blocked_never_half_done)
+//! The table's rows, in order, then what the runner adds:
+//! - `an_action_the_first_time_is_applied_and_recorded`
+//! - `an_action_again_with_the_same_parameters_replays_the_record_without_a_second_effect`
+//! - `an_action_again_with_different_parameters_is_refused_and_changes_nothing`
+//! - `a_compensation_of_an_applied_action_undoes_it_once_and_repeats_replay_undone`
+//! - `a_compensation_before_its_action_is_a_null_compensation_and_takes_the_action_row`
+//! - `an_action_after_its_compensation_is_refused_as_already_compensated`
+//! - `an_action_again_after_it_was_undone_is_refused_as_already_compensated`
+//! - `a_compensation_of_a_refused_action_has_nothing_to_undo`
+//! - `a_refusal_is_recorded_so_a_retry_gets_the_same_answer` (and
+//!   `a_refusal_decided_outside_the_rules_is_recorded_like_any_other`)
+//! - `a_rule_refused_part_way_through_is_rolled_back_and_verified_before_its_refusal_is_recorded`
+//! - `a_record_in_a_state_the_protocol_never_leaves_is_reported_not_guessed_at`
+//! - concurrency, tasks on four threads over one file:
+//!   `fifty_concurrent_duplicates_of_one_action_apply_exactly_once`,
+//!   `fifty_concurrent_duplicates_of_one_compensation_undo_exactly_once`,
+//!   `an_action_racing_its_compensation_ends_undone_or_blocked_never_half_done`
 
 use embedded_store::{Durability, EmbeddedDb};
 use futures::FutureExt;
@@ -768,15 +769,18 @@ async fn an_action_racing_its_compensation_ends_undone_or_blocked_never_half_don
     let races: Vec<_> = (0..25)
         .map(|i| {
             let request_id = format!("r{i}");
-            let action = {
-                let (p, c) = (p.clone(), call(&request_id, &["apples"], 7));
-                tokio::spawn(async move { p.take(c, Admission::Apply).await })
-            };
-            let undo = {
-                let (p, c) = (p.clone(), call(&request_id, &["apples"], 7));
-                tokio::spawn(async move { p.give_back(c).await })
-            };
-            (request_id, action, undo)
+            let (a, c) = (p.clone(), call(&request_id, &["apples"], 7));
+            let action = async move { a.take(c, Admission::Apply).await };
+            let (u, c) = (p.clone(), call(&request_id, &["apples"], 7));
+            let undo = async move { u.give_back(c).await };
+            // Half the pairs start the compensation first.
+            if i % 2 == 0 {
+                let action = tokio::spawn(action);
+                (request_id, action, tokio::spawn(undo))
+            } else {
+                let undo = tokio::spawn(undo);
+                (request_id, tokio::spawn(action), undo)
+            }
         })
         .collect();
     for (request_id, action, undo) in races {
