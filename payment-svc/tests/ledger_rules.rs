@@ -257,3 +257,28 @@ async fn a_refund_that_would_overflow_is_out_of_range_and_succeeds_once_there_is
     assert_eq!(refund, compensation(CompensationEffect::Undone, false));
     assert_eq!(l.balance("dave").await, Some(i64::MAX));
 }
+
+/// The gRPC adapter rejects these first; the rules refuse them too, so a
+/// direct call can neither credit money through Charge nor take it
+/// through Deposit, and is told why instead of "store unavailable".
+#[tokio::test]
+async fn an_amount_that_is_not_positive_is_out_of_range_and_moves_nothing() {
+    let l = open();
+    l.deposit("d1", "alice", 100).await;
+    let out_of_range = |result: &Result<_, ParticipantError>| matches!(result, Err(ParticipantError::OutOfRange(m)) if m.contains("must be positive"));
+
+    for cents in [0, -5, i64::MIN] {
+        let charge = l
+            .store
+            .charge(t("c1", "alice", cents), Admission::Apply)
+            .await;
+        assert!(out_of_range(&charge.map(|_| ())), "charge {cents}");
+        let deposit = l.store.deposit(t("d2", "alice", cents)).await;
+        assert!(out_of_range(&deposit.map(|_| ())), "deposit {cents}");
+        let refund = l.refund("c1", "alice", cents).await;
+        assert!(out_of_range(&refund.map(|_| ())), "refund {cents}");
+    }
+    assert_eq!(l.balance("alice").await, Some(100));
+    assert_eq!(l.recorded("c1").await, []);
+    assert_eq!(l.recorded("d2").await, []);
+}
