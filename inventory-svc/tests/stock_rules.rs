@@ -29,31 +29,37 @@ fn open() -> Stock {
 }
 
 fn order(request_id: &str, lines: &[(&str, i64)]) -> Deduction {
-    Deduction {
-        request_id: request_id.to_owned(),
-        lines: lines
-            .iter()
-            .map(|&(product_id, quantity)| Line {
-                product_id: product_id.to_owned(),
-                quantity,
-            })
-            .collect(),
-    }
-}
-
-fn addition(request_id: &str, product_id: &str, quantity: i64) -> StockAddition {
-    StockAddition {
-        request_id: request_id.to_owned(),
+    let line = |&(product_id, quantity): &(&str, i64)| Line {
         product_id: product_id.to_owned(),
         quantity,
+    };
+    let lines = lines.iter().map(line).collect();
+    Deduction {
+        request_id: request_id.to_owned(),
+        lines,
     }
 }
 
 impl Stock {
+    /// Adds `units` of `product` under `request_id`.
+    async fn add(
+        &self,
+        request_id: &str,
+        product: &str,
+        units: i64,
+    ) -> Result<ActionReply<i64>, ParticipantError> {
+        let addition = StockAddition {
+            request_id: request_id.to_owned(),
+            product_id: product.to_owned(),
+            quantity: units,
+        };
+        self.store.add_stock(addition).await
+    }
+
     /// Opens `product` with `units` (a stock addition of its own).
     async fn with(&self, product: &str, units: i64) -> &Self {
-        let add = addition(&format!("open-{product}"), product, units);
-        let reply = self.store.add_stock(add).await.expect("add stock");
+        let reply = self.add(&format!("open-{product}"), product, units).await;
+        let reply = reply.expect("add stock");
         assert_eq!(
             reply,
             ActionReply::Applied {
@@ -305,7 +311,7 @@ async fn a_quantity_that_is_not_positive_is_out_of_range_and_records_nothing() {
             .deduct(order("o1", &[("apple", 1), ("apple", quantity)]))
             .await;
         assert!(out_of_range(&deduct, "must be positive"), "{deduct:?}");
-        let add = s.store.add_stock(addition("s1", "apple", quantity)).await;
+        let add = s.add("s1", "apple", quantity).await;
         assert!(out_of_range(&add, "must be positive"), "{add:?}");
     }
     assert_eq!(s.available("apple").await, Some(10));
@@ -319,7 +325,7 @@ async fn adding_stock_that_would_overflow_is_refused_and_keeps_the_availability(
     s.with("apple", i64::MAX - 5).await;
 
     // Up to i64::MAX exactly is an availability.
-    let full = s.store.add_stock(addition("s1", "apple", 5)).await;
+    let full = s.add("s1", "apple", 5).await;
     assert_eq!(
         full.expect("add"),
         ActionReply::Applied {
@@ -327,7 +333,7 @@ async fn adding_stock_that_would_overflow_is_refused_and_keeps_the_availability(
             replayed: false
         }
     );
-    let refusal = fresh_refusal(s.store.add_stock(addition("s2", "apple", 1)).await);
+    let refusal = fresh_refusal(s.add("s2", "apple", 1).await);
     assert_eq!(refusal.reason, RefusalReason::Overflow);
     assert_eq!(s.available("apple").await, Some(i64::MAX));
     assert_eq!(
@@ -345,10 +351,7 @@ async fn a_restock_that_would_overflow_is_out_of_range_and_succeeds_once_there_i
     s.with("apple", 10).await.with("pear", 10).await;
     let o1 = order("o1", &[("apple", 4), ("pear", 4)]);
     s.deduct(o1.clone()).await.expect("deduct");
-    let fill = s
-        .store
-        .add_stock(addition("fill", "pear", i64::MAX - 6))
-        .await;
+    let fill = s.add("fill", "pear", i64::MAX - 6).await;
     assert!(matches!(fill, Ok(ActionReply::Applied { .. })), "{fill:?}");
 
     let over = s.store.restock(o1.clone()).await;
