@@ -27,6 +27,8 @@
 //!   same use cases, on its own HTTP listener.
 //! - [`retention`]: finished sagas expire — the purge of the embedded
 //!   store (MongoDB: a TTL index), the archive written before deleting.
+//! - [`steps_file`]: the saga's steps from configuration (built-in or any
+//!   `participant.v1.SagaStepService`).
 //! - [`config`]: the binary's command line.
 
 #![warn(missing_docs)]
@@ -43,6 +45,7 @@ pub mod order_saga;
 pub mod retention;
 pub mod saga;
 pub mod step;
+pub mod steps_file;
 pub mod store;
 
 use executor::{Executor, LeasePolicy, RetryPolicy};
