@@ -2,11 +2,14 @@
 //! measured against, and the sleeps between retries and rounds.
 //!
 //! Code that waits, expires or schedules takes a [`Clock`] instead of
-//! reading the system time itself, for two reasons. Tests move a
-//! [`ManualClock`] forward — "the lease is now expired", "the retention has
-//! passed" — instead of sleeping for real and hoping the machine kept up.
-//! And the same seam lets a simulator run the real executor on simulated
-//! time. [`SystemClock`] is what every service runs on.
+//! reading the system time itself, for two reasons. Tests move time forward
+//! — "the lease is now expired", "the retention has passed" — instead of
+//! sleeping for real and hoping the machine kept up: a [`ManualClock`]
+//! stands still until moved (unit tests), a [`FastForwardClock`] runs like
+//! the system clock and can jump ahead (end-to-end tests, where retries
+//! must still happen in real time). And the same seam lets a simulator run
+//! the real executor on simulated time. [`SystemClock`] is what every
+//! service runs on.
 
 use std::fmt;
 use std::future::Future;
@@ -119,6 +122,75 @@ impl Clock for ManualClock {
     }
 }
 
+/// The system clock plus an offset a test moves forward at once
+/// ([`FastForwardClock::fast_forward`]): everything else goes on in real
+/// time, and a sleep ends at its end by either.
+pub struct FastForwardClock {
+    offset_ms: AtomicI64,
+    jumped: watch::Sender<i64>,
+}
+
+impl fmt::Debug for FastForwardClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FastForwardClock")
+            .field("offset_ms", &self.offset_ms.load(Ordering::Acquire))
+            .finish()
+    }
+}
+
+impl FastForwardClock {
+    /// A clock at the system clock's present.
+    pub fn new() -> Arc<Self> {
+        Arc::new(FastForwardClock {
+            offset_ms: AtomicI64::new(0),
+            jumped: watch::channel(0).0,
+        })
+    }
+
+    /// Moves the clock `by` ahead of the system clock at once, ending the
+    /// sleeps it passes.
+    pub fn fast_forward(&self, by: Duration) {
+        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        let offset = self
+            .offset_ms
+            .fetch_add(by, Ordering::AcqRel)
+            .saturating_add(by);
+        self.jumped.send_replace(offset);
+    }
+}
+
+impl Clock for FastForwardClock {
+    fn now_ms(&self) -> i64 {
+        system_now_ms().saturating_add(self.offset_ms.load(Ordering::Acquire))
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        let until = self
+            .now_ms()
+            .saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX));
+        let mut jumped = self.jumped.subscribe();
+        Box::pin(async move {
+            loop {
+                let now = system_now_ms().saturating_add(*jumped.borrow_and_update());
+                let Ok(left) = u64::try_from(until.saturating_sub(now)) else {
+                    return;
+                };
+                if left == 0 {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(left)) => {}
+                    changed = jumped.changed() => {
+                        if changed.is_err() {
+                            tokio::time::sleep(Duration::from_millis(left)).await;
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +209,22 @@ mod tests {
             .await
             .expect("ends once the clock reached its end");
         assert_eq!(clock.now_ms(), 1_500);
+    }
+
+    #[tokio::test]
+    async fn a_fast_forward_ends_the_sleeps_it_passes_and_time_still_runs() {
+        let clock = FastForwardClock::new();
+        let before = clock.now_ms();
+        let long = clock.sleep(Duration::from_secs(3_600));
+        let short = clock.sleep(Duration::from_millis(30));
+        tokio::time::timeout(Duration::from_secs(5), short)
+            .await
+            .expect("a short sleep ends in real time");
+        clock.fast_forward(Duration::from_secs(3_600));
+        tokio::time::timeout(Duration::from_secs(5), long)
+            .await
+            .expect("an hour's sleep ends when the clock jumps an hour");
+        assert!(clock.now_ms() - before >= 3_600_000);
     }
 
     #[tokio::test]
