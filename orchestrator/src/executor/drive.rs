@@ -54,6 +54,11 @@ impl Executor {
             if self.abandon_if_past_send_window(&mut saga).await? {
                 continue;
             }
+            if let Some(step) = self.unconfigured_step(&saga) {
+                let step = step.to_owned();
+                self.hold_for_unconfigured_step(&saga, &step).await;
+                return Err(DriveError::UnknownStep(step));
+            }
             let outcome = self.call(&saga, i, phase, progress.driven_since_ms).await?;
             let retrying = matches!(
                 outcome,

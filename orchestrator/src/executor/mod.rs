@@ -58,8 +58,9 @@ pub enum DriveError {
     #[error("shutting down; the saga resumes from its persisted state on restart")]
     /// The process is stopping; the saga resumes from its persisted state.
     ShuttingDown,
-    /// The saga has a step this orchestrator's definition lacks (stored by
-    /// another version): left for an instance that knows it.
+    /// The saga has a step this orchestrator's steps file lacks (it was
+    /// created under another): held, marked for a person, for an instance
+    /// that has the step.
     #[error("the saga has a step {0:?} this orchestrator does not define")]
     UnknownStep(String),
     /// The engine refused an outcome that does not fit the saga's state: a
@@ -264,9 +265,10 @@ impl Executor {
                         }
                     }
                     Err(DriveError::ShuttingDown) => tracing::info!("saga paused for shutdown"),
-                    Err(error @ DriveError::UnknownStep(_)) => {
-                        tracing::error!(%error, "cannot drive saga; another version must")
-                    }
+                    Err(error @ DriveError::UnknownStep(_)) => tracing::warn!(
+                        %error,
+                        "saga held for a person: its steps file lacks one of its steps"
+                    ),
                     Err(error @ DriveError::Misfit(_)) => tracing::error!(
                         %error,
                         "the engine refused an outcome (a bug); the saga stays as stored"

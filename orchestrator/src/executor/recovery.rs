@@ -8,7 +8,7 @@
 
 use super::{Executor, Slot};
 use crate::engine;
-use crate::saga::Saga;
+use crate::saga::{Attention, Saga, StepStatus};
 use crate::store::StoreError;
 use std::sync::Arc;
 
@@ -18,6 +18,11 @@ impl Executor {
     /// another writer got there first or this process already drives it.
     pub async fn claim(self: &Arc<Self>, mut saga: Saga, slot: Slot) -> Result<bool, StoreError> {
         if self.driving.lock().is_ok_and(|d| d.contains(&saga.saga_id)) {
+            return Ok(false);
+        }
+        if let Some(step) = self.unconfigured_step(&saga) {
+            let step = step.to_owned();
+            self.hold_for_unconfigured_step(&saga, &step).await;
             return Ok(false);
         }
         let previous = saga.lease.as_ref().map(|l| l.owner.clone());
@@ -43,6 +48,55 @@ impl Executor {
                 Ok(false)
             }
             other => Err(other),
+        }
+    }
+
+    /// A step of `saga` that may still be called (to act or to compensate)
+    /// and that this orchestrator's definition does not have: the saga was
+    /// created under another steps file.
+    pub(super) fn unconfigured_step<'s>(&self, saga: &'s Saga) -> Option<&'s str> {
+        saga.steps
+            .iter()
+            .filter(|step| {
+                !matches!(
+                    step.status,
+                    StepStatus::Compensated | StepStatus::Refused | StepStatus::Skipped
+                )
+            })
+            .map(|step| step.name.as_str())
+            .find(|name| self.definition.step(name).is_none())
+    }
+
+    /// Leaves `saga`, which has a step this orchestrator does not define,
+    /// untouched — never failed or compensated in its stead — and marks it
+    /// for a person, naming the step (ListSagas `needs_attention`, the
+    /// console). Recovery looks at it again one lease period later, so a
+    /// configuration that has the step again takes it up.
+    pub(super) async fn hold_for_unconfigured_step(&self, saga: &Saga, step: &str) {
+        metrics::counter!("saga_unconfigured_step_total").increment(1);
+        let reason = format!(
+            "step {step:?} is not configured on this orchestrator ({}): the saga keeps the steps it \
+             was created with and waits, untouched, for an orchestrator whose steps file has it",
+            self.lease.owner
+        );
+        tracing::error!(saga_id = %saga.saga_id, %step, "{reason}");
+        let now = self.now_ms();
+        let attention = Attention::refused(saga.attention.as_ref(), reason, now);
+        // `flag_attention` marks the stored version of the saga whose next
+        // version would have been saved.
+        let mut next = saga.clone();
+        next.version += 1;
+        let retry_after = now.saturating_add(self.ttl_ms());
+        match self
+            .store
+            .flag_attention(&next, &attention, retry_after)
+            .await
+        {
+            Ok(true) => metrics::counter!("saga_attention_flagged_total").increment(1),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::error!(saga_id = %saga.saga_id, %error, "could not mark the saga for attention")
+            }
         }
     }
 
