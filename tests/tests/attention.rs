@@ -127,7 +127,9 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     // The console lists it too (its JSON API, which the Needs attention
     // page reads), with the store's reason; combined with a status filter
     // it is refused naming the parameter.
-    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true").await;
+    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true")
+        .await
+        .expect("GET the console");
     assert_eq!(code, 200, "{body}");
     let listed: serde_json::Value = serde_json::from_str(&body).expect("json");
     let listed = listed["sagas"].as_array().expect("sagas").clone();
@@ -138,7 +140,9 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
         .unwrap_or_default();
     assert!(reason.contains(REFUSAL), "{body}");
     let (code, body) =
-        saga_tests::http::get(&console_addr, "/api/sagas?attention=true&status=RUNNING").await;
+        saga_tests::http::get(&console_addr, "/api/sagas?attention=true&status=RUNNING")
+            .await
+            .expect("GET the console");
     assert_eq!(code, 400, "{body}");
     assert!(body.contains(r#""field":"attention""#), "{body}");
 
@@ -177,7 +181,9 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     };
     assert_eq!(done.attention, None);
     assert!(flagged(&mut sagas).await.is_empty());
-    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true").await;
+    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true")
+        .await
+        .expect("GET the console");
     assert_eq!(code, 200, "{body}");
     assert!(
         body.contains(r#""sagas":[]"#),

@@ -134,12 +134,9 @@ fn lease_settings(owner: &str, ttl: Duration) -> orchestrator::Settings {
 /// The value of an unlabelled counter in the rendered exposition (0 when
 /// it was never incremented).
 fn counter(rendered: &str, name: &str) -> u64 {
-    rendered
-        .lines()
-        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+    let scrape = saga_tests::prometheus::Scrape::parse(rendered.to_owned())
+        .unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+    scrape.value(name, &[]).unwrap_or(0.0) as u64
 }
 
 /// Both kinds of takeover in one test: the metrics recorder is global to
