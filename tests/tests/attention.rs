@@ -46,14 +46,13 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     let settings = saga_tests::instance_settings("only-instance", LEASE_TTL, fast_retry());
     let console = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
     let console_addr = console.local_addr().expect("console addr").to_string();
-    let orchestrator = saga_tests::serve_orchestrator_on(
-        store.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        saga_tests::listener("127.0.0.1:0".parse().unwrap()).await,
-        Some(console),
-    );
+    let orchestrator = stack
+        .orchestrator_harness()
+        .store(store.clone())
+        .settings(settings)
+        .console(console)
+        .start()
+        .await;
     let channel = saga_tests::channel(orchestrator.addr).await;
     let mut sagas = pb::saga_service_client::SagaServiceClient::new(channel.clone());
     assert!(flagged(&mut sagas).await.is_empty());

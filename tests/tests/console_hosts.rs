@@ -66,23 +66,20 @@ fn status(head: &str) -> u16 {
 async fn stack() -> (Stack, saga_tests::Running, SocketAddr) {
     let stack = Stack::with_inventory_down().await;
     let retry = saga_tests::retry_until(Duration::from_secs(600));
-    let grpc = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let console = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let console_addr = console.local_addr().expect("addr");
-    let mut settings = saga_tests::test_settings(retry, grpc.local_addr().expect("addr").port());
-    settings.console = ConsoleSettings {
-        allowed_hosts: AllowedHosts::new(["console.example.com"]),
-        max_streams: 1,
-    };
-    let orchestrator = saga_tests::serve_orchestrator_with_console(
-        stack.storage.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        grpc,
-        Some(console),
-    )
-    .await;
+    let orchestrator = stack
+        .orchestrator_harness()
+        .retry(retry)
+        .adjust(|settings| {
+            settings.console = ConsoleSettings {
+                allowed_hosts: AllowedHosts::new(["console.example.com"]),
+                max_streams: 1,
+            }
+        })
+        .console(console)
+        .start()
+        .await;
     (stack, orchestrator, console_addr)
 }
 

@@ -28,16 +28,13 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         Storage::from(stack.dir.path()).sagas().await,
         Duration::from_millis(1_500),
     ));
-    let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
     let settings = saga_tests::instance_settings("only-instance", LEASE_TTL, fast_retry());
-    let orchestrator = saga_tests::serve_orchestrator_on(
-        store.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        listener,
-        None,
-    );
+    let orchestrator = stack
+        .orchestrator_harness()
+        .store(store.clone())
+        .settings(settings)
+        .start()
+        .await;
     let addr = orchestrator.addr;
     let channel = saga_tests::channel(addr).await;
 
