@@ -300,7 +300,7 @@ struct Tour {
 
 impl Tour {
     /// The tour, or None (having said why) when there is no chromedriver
-    /// and none is required.
+    /// and none is required. Tests take one through [`tour`].
     async fn start() -> Option<Tour> {
         let chromedriver = browser::chromedriver()?;
         let stack = ConsoleStack::start().await;
@@ -317,6 +317,30 @@ impl Tour {
         self.b.give_back().await;
         self.stack.stop().await;
     }
+}
+
+/// Runs `scenario` on a [`Tour`] of its own, with its browser, stack and
+/// sagas; skips (having said why) when there is no browser and none is
+/// required.
+async fn tour(scenario: impl AsyncFnOnce(&mut Browser, &ConsoleStack, &Sagas)) {
+    let Some(mut t) = Tour::start().await else {
+        return;
+    };
+    scenario(&mut t.b, &t.stack, &t.sagas).await;
+    t.end().await;
+}
+
+/// Asserts the open page made no element and opened no alert out of the
+/// HTML it shows as text.
+async fn assert_no_html_ran(b: &mut Browser) {
+    let images = b
+        .eval("return document.querySelectorAll('img').length;", vec![])
+        .await;
+    assert_eq!(images, json!(0), "the customer id became an element");
+    assert!(
+        b.client.get_alert_text().await.is_err(),
+        "an alert is open: the customer id ran as script"
+    );
 }
 
 /// Where a screenshot goes: `docs/` with `UPDATE_SCREENSHOTS=1`, else the

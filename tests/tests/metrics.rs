@@ -33,7 +33,31 @@ use tokio::sync::{Mutex, MutexGuard};
 use tonic::Code;
 
 /// A metric's samples: its name and the labels they must carry.
-type Series<'a> = (&'a str, &'a [(&'a str, &'a str)]);
+struct Series {
+    name: &'static str,
+    labels: Vec<(&'static str, &'static str)>,
+}
+
+/// The samples of `name` carrying `labels`.
+fn series(name: &'static str, labels: &[(&'static str, &'static str)]) -> Series {
+    Series {
+        name,
+        labels: labels.to_vec(),
+    }
+}
+
+/// `participant_operations_total` of one kind and result.
+fn op(kind: &'static str, result: &'static str) -> Series {
+    series(
+        "participant_operations_total",
+        &[("kind", kind), ("result", result)],
+    )
+}
+
+/// The calls of `rpc` the participants timed.
+fn calls(rpc: &'static str) -> Series {
+    series("participant_call_duration_seconds_count", &[("rpc", rpc)])
+}
 
 /// The exporter of this test binary, installed on first use.
 fn exporter() -> SocketAddr {
@@ -93,26 +117,29 @@ impl Turn {
     }
 
     /// How much `series` grew since the first scrape, in `after`.
-    fn grew(&self, after: &Scrape, (name, labels): Series) -> f64 {
+    fn grew(&self, after: &Scrape, series: &Series) -> f64 {
+        let (name, labels) = (series.name, &series.labels);
         after.sum(name, labels) - self.before.sum(name, labels)
     }
 
     /// Scrapes until every series has grown by at least its count and no
     /// saga is in flight (what a reply was sent before may be recorded a
     /// little later), then checks each grew by exactly its count.
-    async fn counted(&self, expected: &[(Series<'_>, f64)]) -> Scrape {
+    async fn counted(&self, expected: &[(Series, f64)]) -> Scrape {
         let after = scrape_until(self.addr, |s| {
             s.value("saga_in_flight", &[]).is_none_or(|v| v == 0.0)
                 && expected
                     .iter()
-                    .all(|(series, n)| self.grew(s, *series) >= *n)
+                    .all(|(series, n)| self.grew(s, series) >= *n)
         })
         .await;
-        for ((name, labels), n) in expected {
+        for (series, n) in expected {
             assert_eq!(
-                self.grew(&after, (name, labels)),
+                self.grew(&after, series),
                 *n,
-                "{name}{labels:?}:\n{}",
+                "{}{:?}:\n{}",
+                series.name,
+                series.labels,
                 after.text
             );
         }
@@ -123,24 +150,6 @@ impl Turn {
     async fn end(self) {
         self.stack.stop().await;
     }
-}
-
-/// `participant_operations_total` of one kind and result.
-fn operations<'a>(labels: &'a [(&'a str, &'a str); 2]) -> Series<'a> {
-    ("participant_operations_total", labels)
-}
-
-const STARTED: Series = ("sagas_started_total", &[]);
-const FINISHED: Series = ("sagas_finished_total", &[]);
-const COMPLETED: Series = ("sagas_finished_total", &[("status", "completed")]);
-const CANCELLED: Series = ("sagas_finished_total", &[("status", "cancelled")]);
-const COMPENSATIONS: Series = ("saga_compensations_total", &[]);
-const FAILED: Series = ("saga_failed_total", &[]);
-const ALL_OPERATIONS: Series = ("participant_operations_total", &[]);
-
-/// The calls of `rpc` timed by the participants.
-fn timed(rpc: &str) -> [(&str, &str); 1] {
-    [("rpc", rpc)]
 }
 
 async fn charge(
@@ -170,26 +179,21 @@ async fn a_completed_saga_counts_its_start_its_finish_and_each_step() {
         .await
         .expect("order");
     assert_eq!(completed.status(), saga::SagaStatus::Completed);
-    let charge = timed("charge");
-    let deduct = timed("deduct");
     let m = turn
         .counted(&[
-            (STARTED, 1.0),
-            (COMPLETED, 1.0),
-            (FINISHED, 1.0),
-            (COMPENSATIONS, 0.0),
-            (FAILED, 0.0),
+            (series("sagas_started_total", &[]), 1.0),
             (
-                operations(&[("kind", "charge"), ("result", "applied")]),
+                series("sagas_finished_total", &[("status", "completed")]),
                 1.0,
             ),
-            (
-                operations(&[("kind", "deduct"), ("result", "applied")]),
-                1.0,
-            ),
-            (ALL_OPERATIONS, 2.0),
-            (("participant_call_duration_seconds_count", &charge), 1.0),
-            (("participant_call_duration_seconds_count", &deduct), 1.0),
+            (series("sagas_finished_total", &[]), 1.0),
+            (series("saga_compensations_total", &[]), 0.0),
+            (series("saga_failed_total", &[]), 0.0),
+            (op("charge", "applied"), 1.0),
+            (op("deduct", "applied"), 1.0),
+            (series("participant_operations_total", &[]), 2.0),
+            (calls("charge"), 1.0),
+            (calls("deduct"), 1.0),
         ])
         .await;
     assert_eq!(m.expect("saga_in_flight", &[]), 0.0);
@@ -206,16 +210,16 @@ async fn a_refused_charge_cancels_the_saga_with_nothing_to_undo() {
         .expect("order");
     assert_eq!(refused.status(), saga::SagaStatus::Cancelled);
     turn.counted(&[
-        (STARTED, 1.0),
-        (CANCELLED, 1.0),
-        (FINISHED, 1.0),
-        (COMPENSATIONS, 0.0),
-        (FAILED, 0.0),
+        (series("sagas_started_total", &[]), 1.0),
         (
-            operations(&[("kind", "charge"), ("result", "refused")]),
+            series("sagas_finished_total", &[("status", "cancelled")]),
             1.0,
         ),
-        (ALL_OPERATIONS, 1.0),
+        (series("sagas_finished_total", &[]), 1.0),
+        (series("saga_compensations_total", &[]), 0.0),
+        (series("saga_failed_total", &[]), 0.0),
+        (op("charge", "refused"), 1.0),
+        (series("participant_operations_total", &[]), 1.0),
     ])
     .await;
     turn.end().await;
@@ -231,31 +235,21 @@ async fn a_short_deduct_refunds_the_charge_in_one_compensation() {
         .expect("order");
     assert_eq!(short.status(), saga::SagaStatus::Cancelled);
     assert_eq!(turn.stack.balance("alice").await, 100_000, "refunded");
-    let refund = timed("refund");
     turn.counted(&[
-        (STARTED, 1.0),
-        (CANCELLED, 1.0),
-        (FINISHED, 1.0),
-        (COMPENSATIONS, 1.0),
-        (FAILED, 0.0),
+        (series("sagas_started_total", &[]), 1.0),
         (
-            operations(&[("kind", "charge"), ("result", "applied")]),
+            series("sagas_finished_total", &[("status", "cancelled")]),
             1.0,
         ),
-        (
-            operations(&[("kind", "deduct"), ("result", "refused")]),
-            1.0,
-        ),
-        (
-            operations(&[("kind", "refund"), ("result", "compensated")]),
-            1.0,
-        ),
-        (
-            operations(&[("kind", "restock"), ("result", "compensated")]),
-            0.0,
-        ),
-        (ALL_OPERATIONS, 3.0),
-        (("participant_call_duration_seconds_count", &refund), 1.0),
+        (series("sagas_finished_total", &[]), 1.0),
+        (series("saga_compensations_total", &[]), 1.0),
+        (series("saga_failed_total", &[]), 0.0),
+        (op("charge", "applied"), 1.0),
+        (op("deduct", "refused"), 1.0),
+        (op("refund", "compensated"), 1.0),
+        (op("restock", "compensated"), 0.0),
+        (series("participant_operations_total", &[]), 3.0),
+        (calls("refund"), 1.0),
     ])
     .await;
     turn.end().await;
@@ -271,19 +265,12 @@ async fn a_repeated_charge_is_applied_once_then_replayed() {
         .await
         .expect("charge");
     assert!(!first.replayed && again.replayed);
-    let charge = timed("charge");
     turn.counted(&[
-        (
-            operations(&[("kind", "charge"), ("result", "applied")]),
-            1.0,
-        ),
-        (
-            operations(&[("kind", "charge"), ("result", "deduplicated")]),
-            1.0,
-        ),
-        (ALL_OPERATIONS, 2.0),
-        (("participant_call_duration_seconds_count", &charge), 2.0),
-        (STARTED, 0.0),
+        (op("charge", "applied"), 1.0),
+        (op("charge", "deduplicated"), 1.0),
+        (series("participant_operations_total", &[]), 2.0),
+        (calls("charge"), 2.0),
+        (series("sagas_started_total", &[]), 0.0),
     ])
     .await;
     turn.end().await;
@@ -309,19 +296,12 @@ async fn a_refund_before_its_charge_is_a_null_compensation_and_the_late_charge_i
         .await
         .expect_err("hanging charge");
     assert_eq!(hanging.code(), Code::FailedPrecondition);
-    let (charge, refund) = (timed("charge"), timed("refund"));
     turn.counted(&[
-        (
-            operations(&[("kind", "refund"), ("result", "null_compensation")]),
-            1.0,
-        ),
-        (
-            operations(&[("kind", "charge"), ("result", "hanging_refused")]),
-            1.0,
-        ),
-        (ALL_OPERATIONS, 2.0),
-        (("participant_call_duration_seconds_count", &refund), 1.0),
-        (("participant_call_duration_seconds_count", &charge), 1.0),
+        (op("refund", "null_compensation"), 1.0),
+        (op("charge", "hanging_refused"), 1.0),
+        (series("participant_operations_total", &[]), 2.0),
+        (calls("refund"), 1.0),
+        (calls("charge"), 1.0),
     ])
     .await;
     turn.end().await;
@@ -334,15 +314,9 @@ async fn deposits_and_stock_additions_are_counted() {
     turn.stack.deposit("bob", 100).await;
     turn.stack.add_stock("sku-apple", 10).await;
     turn.counted(&[
-        (
-            operations(&[("kind", "deposit"), ("result", "applied")]),
-            2.0,
-        ),
-        (
-            operations(&[("kind", "add_stock"), ("result", "applied")]),
-            1.0,
-        ),
-        (ALL_OPERATIONS, 3.0),
+        (op("deposit", "applied"), 2.0),
+        (op("add_stock", "applied"), 1.0),
+        (series("participant_operations_total", &[]), 3.0),
     ])
     .await;
     turn.end().await;
@@ -355,11 +329,16 @@ async fn each_step_is_timed_in_a_histogram_with_buckets() {
         .order("m-timed", "alice", &[("sku-apple", 1, 100)])
         .await
         .expect("order");
-    let (payment, inventory) = ([("step", "payment")], [("step", "inventory")]);
     let m = turn
         .counted(&[
-            (("saga_step_duration_seconds_count", &payment), 1.0),
-            (("saga_step_duration_seconds_count", &inventory), 1.0),
+            (
+                series("saga_step_duration_seconds_count", &[("step", "payment")]),
+                1.0,
+            ),
+            (
+                series("saga_step_duration_seconds_count", &[("step", "inventory")]),
+                1.0,
+            ),
         ])
         .await;
     for step in ["payment", "inventory"] {
@@ -389,7 +368,7 @@ async fn each_store_reports_its_size_commits_and_checkpoints() {
     let m = scrape_until(turn.addr, |s| {
         s.matching("store_size_bytes", &[]).count() >= 3
             && dbs.iter().all(|db| {
-                let grew = |name| turn.grew(s, (name, &[("db", *db)]));
+                let grew = |name| turn.grew(s, &series(name, &[("db", *db)]));
                 grew("embedded_store_commits_total") >= 1.0
                     && grew("embedded_store_commit_seconds_count") >= 1.0
                     && grew("embedded_store_checkpoint_seconds_count") >= 1.0
@@ -402,7 +381,7 @@ async fn each_store_reports_its_size_commits_and_checkpoints() {
     }
     assert!(m.value("saga_oldest_finished_age_seconds", &[]).is_some());
     for db in dbs {
-        let grew = |name| turn.grew(&m, (name, &[("db", db)]));
+        let grew = |name| turn.grew(&m, &series(name, &[("db", db)]));
         let commits = grew("embedded_store_commits_total");
         let writes = grew("embedded_store_committed_writes_total");
         assert!(commits >= 1.0, "{db}: no commit counted:\n{}", m.text);
@@ -505,21 +484,15 @@ async fn saga_calls_refused_for_their_token_are_counted_per_rpc_and_are_no_opera
         };
         unauthenticated(stock.restock(restock).await);
     }
-    let refused = |rpc| [("rpc", rpc)];
-    let (charge, refund, deduct, restock) = (
-        refused("charge"),
-        refused("refund"),
-        refused("deduct"),
-        refused("restock"),
-    );
+    let refused = |rpc| series("participant_unauthenticated_total", &[("rpc", rpc)]);
     let after = turn
         .counted(&[
-            (("participant_unauthenticated_total", &charge), 2.0),
-            (("participant_unauthenticated_total", &refund), 2.0),
-            (("participant_unauthenticated_total", &deduct), 2.0),
-            (("participant_unauthenticated_total", &restock), 2.0),
-            (("participant_unauthenticated_total", &[]), 8.0),
-            (ALL_OPERATIONS, 0.0),
+            (refused("charge"), 2.0),
+            (refused("refund"), 2.0),
+            (refused("deduct"), 2.0),
+            (refused("restock"), 2.0),
+            (series("participant_unauthenticated_total", &[]), 8.0),
+            (series("participant_operations_total", &[]), 0.0),
         ])
         .await;
     assert!(

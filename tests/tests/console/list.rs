@@ -28,123 +28,110 @@ const COUNTS: &str = "
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_list_shows_every_saga_with_its_status_and_the_counts() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, s) = (&mut t.b, &t.sagas);
-    let rows = b
-        .wait_for("the four sagas in the list", ROWS, vec![json!(4)])
-        .await;
-    for (id, label) in [
-        (&s.completed, "completed"),
-        (&s.cancelled, "cancelled"),
-        (&s.failed, "failed"),
-        (&s.xss, "cancelled"),
-    ] {
-        let shown = rows[id.as_str()].as_str().unwrap_or_default();
-        assert!(
-            shown.ends_with(label),
-            "saga {id} shows {shown:?}, not {label}"
+    tour(async |b, _, s| {
+        let rows = b
+            .wait_for("the four sagas in the list", ROWS, vec![json!(4)])
+            .await;
+        for (id, label) in [
+            (&s.completed, "completed"),
+            (&s.cancelled, "cancelled"),
+            (&s.failed, "failed"),
+            (&s.xss, "cancelled"),
+        ] {
+            let shown = rows[id.as_str()].as_str().unwrap_or_default();
+            assert!(
+                shown.ends_with(label),
+                "saga {id} shows {shown:?}, not {label}"
+            );
+        }
+        let counts = b
+            .wait_for("counts of four sagas", COUNTS, vec![json!(4)])
+            .await;
+        assert_eq!(
+            counts,
+            json!({"all": 4, "running": 0, "compensating": 0, "completed": 1, "cancelled": 2, "failed": 1})
         );
-    }
-    let counts = b
-        .wait_for("counts of four sagas", COUNTS, vec![json!(4)])
-        .await;
-    assert_eq!(
-        counts,
-        json!({"all": 4, "running": 0, "compensating": 0, "completed": 1, "cancelled": 2, "failed": 1})
-    );
-    let shot = docs("console-list.png");
-    b.screenshot(&shot).await;
-    drop_unless_updating(&shot);
-    t.end().await;
+        let shot = docs("console-list.png");
+        b.screenshot(&shot).await;
+        drop_unless_updating(&shot);
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_filter_and_the_search_narrow_the_list() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, s) = (&mut t.b, &t.sagas);
-    b.eval(
-        "const s = document.getElementById('status'); s.value = 'FAILED';
-         s.dispatchEvent(new Event('change'));",
-        vec![],
-    )
-    .await;
-    let rows = b
-        .wait_for("only the FAILED saga", ROWS, vec![json!(1)])
-        .await;
-    assert!(rows.get(&s.failed).is_some(), "{rows}");
-    let url = b.eval("return location.search;", vec![]).await;
-    assert_eq!(
-        url,
-        json!("?status=FAILED"),
-        "the filter is kept in the URL"
-    );
-    for (q, expected, matched) in [
-        ("bob", &s.cancelled, "customer id"),
-        ("web-1", &s.completed, "request id"),
-        (s.xss.as_str(), &s.xss, "saga id"),
-    ] {
+    tour(async |b, _, s| {
         b.eval(
-            "document.getElementById('status').value = '';
-             document.getElementById('q').value = arguments[0];
-             document.getElementById('filters').requestSubmit();",
-            vec![json!(q)],
+            "const s = document.getElementById('status'); s.value = 'FAILED';
+             s.dispatchEvent(new Event('change'));",
+            vec![],
         )
         .await;
-        b.wait_for(
-            &format!("the search for {q} to list only {expected}"),
-            ONLY,
-            vec![json!(expected)],
-        )
-        .await;
-        let notice = b
-            .wait_for(
-                "what matched",
-                "return document.getElementById('notice').innerText;",
-                vec![],
+        let rows = b
+            .wait_for("only the FAILED saga", ROWS, vec![json!(1)])
+            .await;
+        assert!(rows.get(&s.failed).is_some(), "{rows}");
+        let url = b.eval("return location.search;", vec![]).await;
+        assert_eq!(
+            url,
+            json!("?status=FAILED"),
+            "the filter is kept in the URL"
+        );
+        for (q, expected, matched) in [
+            ("bob", &s.cancelled, "customer id"),
+            ("web-1", &s.completed, "request id"),
+            (s.xss.as_str(), &s.xss, "saga id"),
+        ] {
+            b.eval(
+                "document.getElementById('status').value = '';
+                 document.getElementById('q').value = arguments[0];
+                 document.getElementById('filters').requestSubmit();",
+                vec![json!(q)],
             )
             .await;
-        assert!(
-            notice
-                .as_str()
-                .unwrap_or_default()
-                .ends_with(&format!("matched by {matched}.")),
-            "{notice}"
-        );
-    }
-    b.eval("document.getElementById('clear').click();", vec![])
-        .await;
-    b.wait_for("all four sagas again", ROWS, vec![json!(4)])
-        .await;
-    t.end().await;
+            b.wait_for(
+                &format!("the search for {q} to list only {expected}"),
+                ONLY,
+                vec![json!(expected)],
+            )
+            .await;
+            let notice = b
+                .wait_for(
+                    "what matched",
+                    "return document.getElementById('notice').innerText;",
+                    vec![],
+                )
+                .await;
+            assert!(
+                notice
+                    .as_str()
+                    .unwrap_or_default()
+                    .ends_with(&format!("matched by {matched}.")),
+                "{notice}"
+            );
+        }
+        b.eval("document.getElementById('clear').click();", vec![])
+            .await;
+        b.wait_for("all four sagas again", ROWS, vec![json!(4)])
+            .await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn html_in_a_customer_id_shows_as_text() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, s) = (&mut t.b, &t.sagas);
-    b.wait_for("the four sagas in the list", ROWS, vec![json!(4)])
-        .await;
-    let shown = b
-        .eval(
-            "const tr = document.querySelector(`#sagas tr[data-saga-id='${arguments[0]}']`);
-             return tr.querySelector('td.customer').textContent;",
-            vec![json!(s.xss)],
-        )
-        .await;
-    assert_eq!(shown, json!(XSS));
-    let images = b
-        .eval("return document.querySelectorAll('img').length;", vec![])
-        .await;
-    assert_eq!(images, json!(0), "the customer id became an element");
-    assert!(
-        b.client.get_alert_text().await.is_err(),
-        "an alert is open: the customer id ran as script"
-    );
-    t.end().await;
+    tour(async |b, _, s| {
+        b.wait_for("the four sagas in the list", ROWS, vec![json!(4)])
+            .await;
+        let shown = b
+            .eval(
+                "const tr = document.querySelector(`#sagas tr[data-saga-id='${arguments[0]}']`);
+                 return tr.querySelector('td.customer').textContent;",
+                vec![json!(s.xss)],
+            )
+            .await;
+        assert_eq!(shown, json!(XSS));
+        assert_no_html_ran(b).await;
+    })
+    .await;
 }

@@ -126,158 +126,138 @@ pub(super) fn lines(items: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saga_page_shows_order_steps_timeline_and_records() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, stack, s) = (&mut t.b, &t.stack, &t.sagas);
-    let page = SagaPage::open(b, stack, &s.completed, "SAGA_STATUS_COMPLETED").await;
-    assert_eq!(page.customer, "alice");
-    assert_eq!(page.total, "3.00");
-    assert_eq!(page.lines, lines(&[("sku-apple", "2")]));
-    assert_eq!(page.reason, "", "a completed saga has no reason");
-    assert_eq!(
-        page.steps(),
-        [
-            ("payment", "succeeded", "1", "0"),
-            ("inventory", "succeeded", "1", "0")
-        ]
-    );
-    assert_eq!(page.errors(), ["", ""]);
-    page.assert_durations_shown();
-    let timeline = b
-        .eval(
-            "return [...document.querySelectorAll('#timeline li')].map(li => li.querySelector('.since').textContent);",
-            vec![],
+    tour(async |b, stack, s| {
+        let page = SagaPage::open(b, stack, &s.completed, "SAGA_STATUS_COMPLETED").await;
+        assert_eq!(page.customer, "alice");
+        assert_eq!(page.total, "3.00");
+        assert_eq!(page.lines, lines(&[("sku-apple", "2")]));
+        assert_eq!(page.reason, "", "a completed saga has no reason");
+        assert_eq!(
+            page.steps(),
+            [
+                ("payment", "succeeded", "1", "0"),
+                ("inventory", "succeeded", "1", "0")
+            ]
+        );
+        assert_eq!(page.errors(), ["", ""]);
+        page.assert_durations_shown();
+        let timeline = b
+            .eval(
+                "return [...document.querySelectorAll('#timeline li')].map(li => li.querySelector('.since').textContent);",
+                vec![],
+            )
+            .await;
+        let timeline = timeline.as_array().cloned().unwrap_or_default();
+        assert!(timeline.len() >= 3, "{timeline:?}");
+        assert_eq!(timeline[0], json!("start"));
+        assert!(
+            timeline[1..]
+                .iter()
+                .all(|t| t.as_str().is_some_and(|t| t.starts_with('+'))),
+            "{timeline:?}"
+        );
+        records_show(b, "payment", &[("charge", "applied")]).await;
+        records_show(
+            b,
+            "inventory",
+            &[("deduct", "applied"), ("deduct", "deducted")],
         )
         .await;
-    let timeline = timeline.as_array().cloned().unwrap_or_default();
-    assert!(timeline.len() >= 3, "{timeline:?}");
-    assert_eq!(timeline[0], json!("start"));
-    assert!(
-        timeline[1..]
-            .iter()
-            .all(|t| t.as_str().is_some_and(|t| t.starts_with('+'))),
-        "{timeline:?}"
-    );
-    records_show(b, "payment", &[("charge", "applied")]).await;
-    records_show(
-        b,
-        "inventory",
-        &[("deduct", "applied"), ("deduct", "deducted")],
-    )
+    })
     .await;
-    t.end().await;
 }
 
 /// bob's 5 pears (3 in stock): charged, the deduct refused, refunded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_saga_page_shows_the_refusal_and_the_refund() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, stack, s) = (&mut t.b, &t.stack, &t.sagas);
-    let page = SagaPage::open(b, stack, &s.cancelled, "SAGA_STATUS_CANCELLED").await;
-    assert_eq!(page.customer, "bob");
-    assert_eq!(page.lines, lines(&[("sku-pear", "5")]));
-    assert_eq!(page.total, "10.00");
-    assert_eq!(
-        page.steps(),
-        [
-            ("payment", "compensated", "1", "1"),
-            ("inventory", "refused", "1", "0")
-        ]
-    );
-    let refusal = "insufficient stock: product \"sku-pear\" has 3 units available, deduct needs 5";
-    assert_eq!(page.errors()[0], "");
-    assert!(page.errors()[1].ends_with(refusal), "{:?}", page.errors());
-    assert!(page.reason.starts_with("Why: "), "{:?}", page.reason);
-    assert!(page.reason.ends_with(refusal), "{:?}", page.reason);
-    page.assert_durations_shown();
-    records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
-    records_show(b, "inventory", &[("deduct", "refused")]).await;
-    t.end().await;
+    tour(async |b, stack, s| {
+        let page = SagaPage::open(b, stack, &s.cancelled, "SAGA_STATUS_CANCELLED").await;
+        assert_eq!(page.customer, "bob");
+        assert_eq!(page.lines, lines(&[("sku-pear", "5")]));
+        assert_eq!(page.total, "10.00");
+        assert_eq!(
+            page.steps(),
+            [
+                ("payment", "compensated", "1", "1"),
+                ("inventory", "refused", "1", "0")
+            ]
+        );
+        let refusal =
+            "insufficient stock: product \"sku-pear\" has 3 units available, deduct needs 5";
+        assert_eq!(page.errors()[0], "");
+        assert!(page.errors()[1].ends_with(refusal), "{:?}", page.errors());
+        assert!(page.reason.starts_with("Why: "), "{:?}", page.reason);
+        assert!(page.reason.ends_with(refusal), "{:?}", page.reason);
+        page.assert_durations_shown();
+        records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
+        records_show(b, "inventory", &[("deduct", "refused")]).await;
+    })
+    .await;
 }
 
 /// alice's order while inventory fails every call: charged, the deduct
 /// given up after 5 attempts, its restock after 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_saga_page_shows_the_failing_compensation() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, stack, s) = (&mut t.b, &t.stack, &t.sagas);
-    let page = SagaPage::open(b, stack, &s.failed, "SAGA_STATUS_FAILED").await;
-    assert_eq!(page.customer, "alice");
-    assert_eq!(page.lines, lines(&[("sku-pear", "2")]));
-    assert_eq!(
-        page.steps(),
-        [
-            ("payment", "succeeded", "1", "0"),
-            ("inventory", "compensating", "5", "3")
-        ]
-    );
-    let injected = format!("Unavailable: {TRANSIENT_MESSAGE}");
-    assert_eq!(page.errors(), ["", injected.as_str()]);
-    assert_eq!(
-        page.reason,
-        format!("Why: restock could not be completed: {injected}")
-    );
-    assert!(is_duration(&page.steps[0].took), "{:?}", page.steps[0]);
-    assert_eq!(
-        page.steps[1].took, "—",
-        "the inventory step has not finished"
-    );
-    let retry = b
-        .eval(
-            "return !document.getElementById('retry-bar').hidden;",
-            vec![],
-        )
-        .await;
-    assert_eq!(retry, json!(true), "a FAILED saga offers Retry");
-    records_show(b, "payment", &[("charge", "applied")]).await;
-    // Every inventory call failed before doing anything.
-    records_show(b, "inventory", &[]).await;
-    t.end().await;
-}
-
-/// Asserts the open page made no element and opened no alert out of the
-/// HTML it shows as text.
-async fn assert_no_html_ran(b: &mut Browser) {
-    let images = b
-        .eval("return document.querySelectorAll('img').length;", vec![])
-        .await;
-    assert_eq!(images, json!(0), "the customer id became an element");
-    assert!(
-        b.client.get_alert_text().await.is_err(),
-        "an alert is open: the customer id ran as script"
-    );
+    tour(async |b, stack, s| {
+        let page = SagaPage::open(b, stack, &s.failed, "SAGA_STATUS_FAILED").await;
+        assert_eq!(page.customer, "alice");
+        assert_eq!(page.lines, lines(&[("sku-pear", "2")]));
+        assert_eq!(
+            page.steps(),
+            [
+                ("payment", "succeeded", "1", "0"),
+                ("inventory", "compensating", "5", "3")
+            ]
+        );
+        let injected = format!("Unavailable: {TRANSIENT_MESSAGE}");
+        assert_eq!(page.errors(), ["", injected.as_str()]);
+        assert_eq!(
+            page.reason,
+            format!("Why: restock could not be completed: {injected}")
+        );
+        assert!(is_duration(&page.steps[0].took), "{:?}", page.steps[0]);
+        assert_eq!(
+            page.steps[1].took, "—",
+            "the inventory step has not finished"
+        );
+        let retry = b
+            .eval(
+                "return !document.getElementById('retry-bar').hidden;",
+                vec![],
+            )
+            .await;
+        assert_eq!(retry, json!(true), "a FAILED saga offers Retry");
+        records_show(b, "payment", &[("charge", "applied")]).await;
+        // Every inventory call failed before doing anything.
+        records_show(b, "inventory", &[]).await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn html_in_a_customer_id_shows_as_text_on_its_saga_page() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, stack, s) = (&mut t.b, &t.stack, &t.sagas);
-    let page = SagaPage::open(b, stack, &s.xss, "SAGA_STATUS_CANCELLED").await;
-    assert_eq!(page.customer, XSS);
-    // payment-svc's refusal names the customer: the error text is HTML too.
-    let refusal = format!("customer {XSS:?} has no account");
-    assert!(page.errors()[0].ends_with(&refusal), "{:?}", page.errors());
-    assert!(page.reason.ends_with(&refusal), "{:?}", page.reason);
-    let timeline = b
-        .eval(
-            "return [...document.querySelectorAll('#timeline .detail')].some(d => d.textContent.includes(arguments[0]));",
-            vec![json!(XSS)],
-        )
-        .await;
-    assert_eq!(
-        timeline,
-        json!(true),
-        "the timeline shows the refusal as text"
-    );
-    assert_no_html_ran(b).await;
-    t.end().await;
+    tour(async |b, stack, s| {
+        let page = SagaPage::open(b, stack, &s.xss, "SAGA_STATUS_CANCELLED").await;
+        assert_eq!(page.customer, XSS);
+        // payment-svc's refusal names the customer: the error text is HTML too.
+        let refusal = format!("customer {XSS:?} has no account");
+        assert!(page.errors()[0].ends_with(&refusal), "{:?}", page.errors());
+        assert!(page.reason.ends_with(&refusal), "{:?}", page.reason);
+        let timeline = b
+            .eval(
+                "return [...document.querySelectorAll('#timeline .detail')].some(d => d.textContent.includes(arguments[0]));",
+                vec![json!(XSS)],
+            )
+            .await;
+        assert_eq!(
+            timeline,
+            json!(true),
+            "the timeline shows the refusal as text"
+        );
+        assert_no_html_ran(b).await;
+    })
+    .await;
 }
 
 /// Waits until the records of `step` list exactly these (kind, status).
@@ -297,39 +277,37 @@ pub(super) async fn records_show(b: &mut Browser, step: &str, expected: &[(&str,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_saga_page_updates_without_reload() {
-    let Some(mut t) = Tour::start().await else {
-        return;
-    };
-    let (b, stack) = (&mut t.b, &t.stack);
-    // The tour's failed saga left inventory failing every call; the live
-    // saga needs it working.
-    stack.inventory_faults(FaultSettings::disabled()).await;
-    stack.hold.send_replace(true);
-    let id = stack
-        .order("web-5", HELD, ("sku-apple", 3, 100), false)
+    tour(async |b, stack, _| {
+        // The tour's failed saga left inventory failing every call; the live
+        // saga needs it working.
+        stack.inventory_faults(FaultSettings::disabled()).await;
+        stack.hold.send_replace(true);
+        let id = stack
+            .order("web-5", HELD, ("sku-apple", 3, 100), false)
+            .await;
+        b.open(&stack.url(&format!("/sagas/{id}"))).await;
+        b.wait_for(
+            "the saga running, followed live",
+            "return document.body.dataset.sagaStatus === 'SAGA_STATUS_RUNNING'
+                && document.getElementById('live').textContent.includes('live');",
+            vec![],
+        )
         .await;
-    b.open(&stack.url(&format!("/sagas/{id}"))).await;
-    b.wait_for(
-        "the saga running, followed live",
-        "return document.body.dataset.sagaStatus === 'SAGA_STATUS_RUNNING'
-            && document.getElementById('live').textContent.includes('live');",
-        vec![],
-    )
-    .await;
-    // Survives only if the page is never reloaded.
-    b.eval("window.__stillTheSamePage = true;", vec![]).await;
-    stack.hold.send_replace(false);
-    b.wait_for(
-        "the saga completed on the open page",
-        "return document.body.dataset.sagaStatus === 'SAGA_STATUS_COMPLETED'
-            && document.getElementById('live').textContent === 'final';",
-        vec![],
-    )
-    .await;
-    let same = b
-        .eval("return window.__stillTheSamePage === true;", vec![])
+        // Survives only if the page is never reloaded.
+        b.eval("window.__stillTheSamePage = true;", vec![]).await;
+        stack.hold.send_replace(false);
+        b.wait_for(
+            "the saga completed on the open page",
+            "return document.body.dataset.sagaStatus === 'SAGA_STATUS_COMPLETED'
+                && document.getElementById('live').textContent === 'final';",
+            vec![],
+        )
         .await;
-    assert_eq!(same, json!(true), "the page was reloaded");
-    records_show(b, "payment", &[("charge", "applied")]).await;
-    t.end().await;
+        let same = b
+            .eval("return window.__stillTheSamePage === true;", vec![])
+            .await;
+        assert_eq!(same, json!(true), "the page was reloaded");
+        records_show(b, "payment", &[("charge", "applied")]).await;
+    })
+    .await;
 }
