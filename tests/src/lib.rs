@@ -450,6 +450,13 @@ pub fn order_saga(payment: SocketAddr, inventory: SocketAddr) -> Arc<SagaDefinit
     )
 }
 
+/// Steps of the order saga as the orchestrator defines it: the
+/// participants' `--saga-steps` for it.
+pub fn order_saga_steps() -> u32 {
+    let nowhere = SocketAddr::from(([127, 0, 0, 1], 1));
+    u32::try_from(order_saga(nowhere, nowhere).steps().len()).unwrap_or(u32::MAX)
+}
+
 /// Starts the orchestrator with explicit settings on a bound listener.
 pub async fn serve_orchestrator(
     storage: impl Into<Storage>,

@@ -27,7 +27,7 @@ use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
 use std::time::Duration;
 
-pub use service_kit::retention::StoreStats;
+pub use service_kit::purge::StoreStats;
 
 /// How long a store keeps finished sagas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub const ARCHIVE_GRACE: Duration = Duration::from_secs(3600);
 impl Default for SagaRetention {
     fn default() -> Self {
         SagaRetention {
-            keep: Some(service_kit::retention::DEFAULT_SAGA_RETENTION),
+            keep: Some(service_kit::limits::DEFAULT_SAGA_RETENTION),
             archive: false,
         }
     }
