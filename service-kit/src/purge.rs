@@ -153,3 +153,86 @@ pub async fn purge_round(purger: &dyn Purger, service: &'static str, shutdown: &
         Err(error) => tracing::warn!(service, %error, "reading the store size failed"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A store with `batches` full batches to delete, recording what the
+    /// loop asked of it.
+    #[derive(Default)]
+    struct Store {
+        batches: usize,
+        fail: bool,
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    impl Purger for Store {
+        fn purge_batch(&self, _now_ms: i64) -> BoxFuture<'_, Result<PurgeBatch, String>> {
+            Box::pin(async {
+                let mut calls = self.calls.lock().expect("calls");
+                calls.push("batch");
+                if self.fail {
+                    return Err("disk on fire".into());
+                }
+                let n = calls.iter().filter(|c| **c == "batch").count();
+                Ok(PurgeBatch {
+                    deleted: vec![("records", PURGE_BATCH as u64)],
+                    more: n < self.batches,
+                })
+            })
+        }
+
+        fn reclaim(&self) -> BoxFuture<'_, Result<u64, String>> {
+            Box::pin(async {
+                self.calls.lock().expect("calls").push("reclaim");
+                Ok(0)
+            })
+        }
+
+        fn stats(&self) -> BoxFuture<'_, Result<StoreStats, String>> {
+            Box::pin(async {
+                self.calls.lock().expect("calls").push("stats");
+                Ok(StoreStats::default())
+            })
+        }
+    }
+
+    /// A round deletes batch after batch while one comes back full, then
+    /// reclaims and reads the gauges once; a failing batch ends the
+    /// round's deleting, not the rest of it; a triggered shutdown deletes
+    /// nothing.
+    #[tokio::test]
+    async fn a_round_deletes_until_a_batch_is_not_full_then_reclaims_and_reads_the_gauges() {
+        let shutdown = Shutdown::new();
+        let store = Store {
+            batches: 3,
+            ..Store::default()
+        };
+        purge_round(&store, "test", &shutdown).await;
+        assert_eq!(
+            *store.calls.lock().expect("calls"),
+            ["batch", "batch", "batch", "reclaim", "stats"]
+        );
+
+        let failing = Store {
+            batches: 3,
+            fail: true,
+            ..Store::default()
+        };
+        purge_round(&failing, "test", &shutdown).await;
+        assert_eq!(
+            *failing.calls.lock().expect("calls"),
+            ["batch", "reclaim", "stats"]
+        );
+
+        shutdown.trigger();
+        let stopped = Store {
+            batches: 3,
+            ..Store::default()
+        };
+        purge_round(&stopped, "test", &shutdown).await;
+        assert_eq!(*stopped.calls.lock().expect("calls"), ["reclaim", "stats"]);
+    }
+}
