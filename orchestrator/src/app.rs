@@ -505,7 +505,7 @@ impl Orchestrator {
         if age <= window {
             return Ok(());
         }
-        use service_kit::retention::format_duration;
+        use service_kit::limits::format_duration;
         Err(AppError::NotRetryable(format!(
             "saga {} was created {} ago, past the retry window of {} (the participants' \
              history retention less the time a retry's calls may take): their records of its \

@@ -194,7 +194,7 @@ fn spawn_purge(
         .as_deref()
         .map(retention::Archive::new);
     let purger = retention::SagaPurger::new(store, archive);
-    tokio::spawn(service_kit::retention::run_purge_loop(
+    tokio::spawn(service_kit::purge::run_purge_loop(
         Arc::new(purger),
         "orchestrator",
         settings.retention.purge_interval,
@@ -290,8 +290,7 @@ pub async fn open_saga_store(
 /// itself starts (a lazily connecting channel connects on first use and
 /// after the participant went away). It comes on top of the call timeout,
 /// so the start-up check of the lease TTL counts it.
-pub const PARTICIPANT_CONNECT_TIMEOUT: Duration =
-    service_kit::retention::PARTICIPANT_CONNECT_TIMEOUT;
+pub const PARTICIPANT_CONNECT_TIMEOUT: Duration = service_kit::limits::PARTICIPANT_CONNECT_TIMEOUT;
 
 /// A lazily connecting channel to a participant
 /// ([`service_kit::channel::GrpcChannel`]): the orchestrator starts even

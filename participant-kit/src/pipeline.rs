@@ -188,7 +188,7 @@ impl Kit {
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> Result<(), ServeError> {
-        let purge = tokio::spawn(service_kit::retention::run_purge_loop(
+        let purge = tokio::spawn(service_kit::purge::run_purge_loop(
             Arc::new(HistoryPurger::new(expiry, self.history.keep)),
             label,
             self.history.purge_interval,

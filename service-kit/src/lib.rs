@@ -12,11 +12,13 @@
 //!   client channel.
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
 //!   a true duplicate (same request id, same parameters) from a reused id.
+//! - [`limits`]: the orchestrator's limits ([`limits::CallLimits`]) and
+//!   the minimum safe operationHistory retention they give (one function
+//!   both sides use), their defaults, the bounds and parsers of the limit
+//!   and duration flags.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
-//! - [`retention`]: how long finished work is kept — the minimum safe
-//!   operationHistory retention from the orchestrator's limits
-//!   ([`retention::CallLimits`], one function both sides use), duration
-//!   flags, and the purge loop of the embedded stores with its metrics.
+//! - [`purge`]: the periodic purge of the embedded stores in small
+//!   batches, and the store gauges it refreshes.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
@@ -39,8 +41,9 @@ pub mod coalesced_writes;
 pub mod deadline;
 pub mod dial;
 pub mod fingerprint;
+pub mod limits;
 pub mod metrics;
-pub mod retention;
+pub mod purge;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

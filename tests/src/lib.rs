@@ -75,6 +75,13 @@ pub fn order_saga(payment: SocketAddr, inventory: SocketAddr) -> Arc<SagaDefinit
     )
 }
 
+/// Steps of the order saga as the orchestrator defines it: the
+/// participants' `--saga-steps` for it.
+pub fn order_saga_steps() -> u32 {
+    let nowhere = SocketAddr::from(([127, 0, 0, 1], 1));
+    u32::try_from(order_saga(nowhere, nowhere).steps().len()).unwrap_or(u32::MAX)
+}
+
 /// Runs each scenario — an `async fn(Stack)` of the test file — once per
 /// storage backend: on embedded stores, and on fresh MongoDB databases of
 /// the test target (skipped when none is available and none is required).

@@ -164,7 +164,7 @@ impl Executor {
         if age_ms <= window_ms {
             return None;
         }
-        use service_kit::retention::format_duration;
+        use service_kit::limits::format_duration;
         let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
         Some(format!(
             "not driven further: created {} ago, past the send window of {} (the participants' \

@@ -13,7 +13,7 @@ use crate::engine::Outcome;
 use crate::saga::Step;
 use crate::step::{Phase, StepOutcome};
 use backon::{BackoffBuilder, ExponentialBuilder};
-use service_kit::retention::{
+use service_kit::limits::{
     DEFAULT_ACTION_ATTEMPTS, DEFAULT_COMPENSATION_ATTEMPTS, DEFAULT_LEASE_TTL_MS,
     DEFAULT_RETRY_MAX_DELAY_MS, DEFAULT_STEP_DEADLINE_MS,
 };
