@@ -198,6 +198,7 @@ fn spawn_purge(
         Arc::new(purger),
         "orchestrator",
         settings.retention.purge_interval,
+        settings.clock.clone(),
         shutdown,
     ))
 }

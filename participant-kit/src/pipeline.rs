@@ -24,6 +24,7 @@
 //! adapter then logs the result with [`logged!`](crate::logged), a macro
 //! so that the line carries the participant's own log target.
 
+use service_kit::clock::SharedClock;
 use crate::faults::{self, CallKind, Faults};
 use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
@@ -46,6 +47,7 @@ pub struct Kit {
     faults: Arc<Faults>,
     options: ServeOptions,
     history: HistoryRetention,
+    clock: SharedClock,
 }
 
 impl Kit {
@@ -56,7 +58,20 @@ impl Kit {
             faults,
             options,
             history: HistoryRetention::default(),
+            clock: service_kit::clock::system(),
         }
+    }
+
+    /// The kit measuring time by `clock` (the history's expiry, the purge's
+    /// rounds): the system clock unless a test or a simulation moves it.
+    pub fn with_clock(mut self, clock: SharedClock) -> Kit {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the kit measures time by.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
     }
 
     /// The kit keeping the operationHistory as `history` says (the store
@@ -192,6 +207,7 @@ impl Kit {
             Arc::new(HistoryPurger::new(expiry, self.history.keep)),
             label,
             self.history.purge_interval,
+            self.clock.clone(),
             shutdown.clone(),
         ));
         let served = self

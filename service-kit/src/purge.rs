@@ -10,6 +10,7 @@
 //! expire by themselves (MongoDB TTL indexes) delete nothing here and only
 //! report their size.
 
+use crate::clock::{Clock, SharedClock};
 use crate::shutdown::Shutdown;
 use std::future::Future;
 use std::pin::Pin;
@@ -91,26 +92,34 @@ pub fn describe() {
 /// something), then `reclaim`, then the gauges `store_size_bytes{service}`
 /// and, where the store has sagas, `saga_oldest_finished_age_seconds`.
 /// Errors are logged and the next round tries again.
+/// Time (what has expired, the sleep between rounds) is `clock`'s.
 pub async fn run_purge_loop(
     purger: Arc<dyn Purger>,
     service: &'static str,
     interval: Duration,
+    clock: SharedClock,
     shutdown: Shutdown,
 ) {
     loop {
-        purge_round(purger.as_ref(), service, &shutdown).await;
+        purge_round(purger.as_ref(), service, clock.as_ref(), &shutdown).await;
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            biased;
             _ = shutdown.wait() => return,
+            _ = clock.sleep(interval) => {}
         }
     }
 }
 
 /// One round of [`run_purge_loop`].
-pub async fn purge_round(purger: &dyn Purger, service: &'static str, shutdown: &Shutdown) {
+pub async fn purge_round(
+    purger: &dyn Purger,
+    service: &'static str,
+    clock: &dyn Clock,
+    shutdown: &Shutdown,
+) {
     while !shutdown.is_triggered() {
         let started = Instant::now();
-        match purger.purge_batch(crate::time::now_ms()).await {
+        match purger.purge_batch(clock.now_ms()).await {
             Ok(batch) => {
                 let took = started.elapsed();
                 if batch.total() > 0 {
@@ -146,7 +155,7 @@ pub async fn purge_round(purger: &dyn Purger, service: &'static str, shutdown: &
                 metrics::gauge!("store_size_bytes", "service" => service).set(size as f64);
             }
             if let Some(oldest) = stats.oldest_finished_ms {
-                let age_ms = (crate::time::now_ms() - oldest).max(0);
+                let age_ms = (clock.now_ms() - oldest).max(0);
                 metrics::gauge!("saga_oldest_finished_age_seconds").set(age_ms as f64 / 1e3);
             }
         }
@@ -210,7 +219,7 @@ mod tests {
             batches: 3,
             ..Store::default()
         };
-        purge_round(&store, "test", &shutdown).await;
+        purge_round(&store, "test", &crate::clock::SystemClock, &shutdown).await;
         assert_eq!(
             *store.calls.lock().expect("calls"),
             ["batch", "batch", "batch", "reclaim", "stats"]
@@ -221,7 +230,7 @@ mod tests {
             fail: true,
             ..Store::default()
         };
-        purge_round(&failing, "test", &shutdown).await;
+        purge_round(&failing, "test", &crate::clock::SystemClock, &shutdown).await;
         assert_eq!(
             *failing.calls.lock().expect("calls"),
             ["batch", "reclaim", "stats"]
@@ -232,7 +241,7 @@ mod tests {
             batches: 3,
             ..Store::default()
         };
-        purge_round(&stopped, "test", &shutdown).await;
+        purge_round(&stopped, "test", &crate::clock::SystemClock, &shutdown).await;
         assert_eq!(*stopped.calls.lock().expect("calls"), ["reclaim", "stats"]);
     }
 }
