@@ -77,7 +77,6 @@ function id(field: string, value: string): void {
   if (bytes > MAX_ID_BYTES) {
     throw new InvalidArgument(field, `must be at most ${MAX_ID_BYTES} bytes (got ${bytes})`);
   }
-  // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(value)) {
     throw new InvalidArgument(field, 'must not contain control characters');
   }

@@ -123,14 +123,15 @@ export function explain(error) {
   switch (error.code) {
     case grpc.status.INVALID_ARGUMENT: {
       // The orchestrator's messages name the field first: `items[0].quantity: must be positive`.
-      const field = /^([\w.[\]]+): /.exec(error.details ?? '')?.[1] ?? 'unknown field';
-      return { kind: 'invalid', field, line: `invalid ${field}: ${error.details}` };
+      const named = /^([\w.[\]]+): (.*)$/s.exec(error.details ?? '');
+      const field = named?.[1] ?? 'unknown field';
+      return { kind: 'invalid', field, line: `invalid ${field}: ${named?.[2] ?? error.details}` };
     }
     case grpc.status.ALREADY_EXISTS:
       return { kind: 'reused', line: `this request_id was already used for a different order: ${error.details}` };
     case grpc.status.UNAVAILABLE:
     case grpc.status.DEADLINE_EXCEEDED:
-      return { kind: 'unavailable', line: `the orchestrator did not answer in time (${grpc.status[error.code]}): ${error.details}; retrying with the same request_id is safe` };
+      return { kind: 'unavailable', line: `no answer from the orchestrator (${grpc.status[error.code]}: ${error.details})` };
     case grpc.status.UNAUTHENTICATED:
       return { kind: 'unauthenticated', line: `not authenticated: set CLIENT_TOKEN (${error.details})` };
     default:
