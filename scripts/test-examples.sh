@@ -78,17 +78,21 @@ wait_ready_line() {
 }
 
 # Runs `npm test` in examples/$1 with the extra env in $2..., counting node's
-# `# pass N` / `# fail N` lines (a run that crashes before counting is one failure).
+# `# pass N` / `# fail N` / `# cancelled N` lines (cancelled tests — their
+# hook failed — count as failed; a run that crashes before counting is one
+# failure).
 run_tests() {
-    local example=$1 out="$work/$1-test.out" status=0 p f
+    local example=$1 out="$work/$1-test.out" status=0 p f c
     shift
     echo "== $example: npm test"
     (cd "examples/$example" && env "$@" npm test) 2>&1 | tee "$out" || status=$?
     p=$(sed -n 's/^# pass \([0-9][0-9]*\)$/\1/p' "$out" | tail -n 1)
     f=$(sed -n 's/^# fail \([0-9][0-9]*\)$/\1/p' "$out" | tail -n 1)
+    c=$(sed -n 's/^# cancelled \([0-9][0-9]*\)$/\1/p' "$out" | tail -n 1)
+    f=$((${f:-0} + ${c:-0}))
     passed=$((passed + ${p:-0}))
-    failed=$((failed + ${f:-0}))
-    if [ "$status" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
+    failed=$((failed + f))
+    if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "test-examples: npm test in examples/$example exited $status without counting a failure"
         failed=$((failed + 1))
     fi

@@ -52,6 +52,7 @@ export async function startApp(env: Record<string, string> = {}): Promise<Runnin
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  killedOnExit(child);
   const port = await readyPort(child, exited, () => stderr);
   return {
     port,
@@ -66,6 +67,19 @@ export async function startApp(env: Record<string, string> = {}): Promise<Runnin
       return code;
     },
   };
+}
+
+/**
+ * A test that fails before it stops its app must not hang the run: the
+ * child does not keep this process alive, and is killed when it exits.
+ */
+function killedOnExit(child: ChildProcess): void {
+  child.unref();
+  (child.stdout as unknown as { unref?: () => void } | null)?.unref?.();
+  (child.stderr as unknown as { unref?: () => void } | null)?.unref?.();
+  const kill = () => child.kill('SIGKILL');
+  process.once('exit', kill);
+  child.once('exit', () => process.off('exit', kill));
 }
 
 /** Runs the app to its exit (for configurations it must refuse); returns the code and stderr. */

@@ -10,9 +10,13 @@ import { Participant, openDb, runAppToExit, startApp, stepCall } from './harness
 describe('start-up and history retention', () => {
   it('creates the unique (request_id, kind) index and the TTL index; records expire after 7 days by default', async () => {
     const app = await startApp();
-    const participant = new Participant(app.port);
-    const { db, close } = await openDb(app.database);
+    let participant: Participant | undefined;
+    let close = async () => {};
     try {
+      participant = new Participant(app.port);
+      const opened = await openDb(app.database);
+      close = opened.close;
+      const db = opened.db;
       const indexes = await db.collection('operation_history').indexes();
       const unique = indexes.find((ix) => JSON.stringify(ix.key) === JSON.stringify({ request_id: 1, kind: 1 }));
       assert.equal(unique?.unique, true);
@@ -25,7 +29,7 @@ describe('start-up and history retention', () => {
       assert.ok(record);
       assert.equal(record.expire_at.getTime() - record.recorded_at.getTime(), 7 * 24 * 3600 * 1000);
     } finally {
-      participant.close();
+      participant?.close();
       await close();
       assert.equal(await app.stop(), 0);
     }
@@ -33,9 +37,13 @@ describe('start-up and history retention', () => {
 
   it('HISTORY_RETENTION_SECONDS sets the expiry', async () => {
     const app = await startApp({ HISTORY_RETENTION_SECONDS: '3000' });
-    const participant = new Participant(app.port);
-    const { db, close } = await openDb(app.database);
+    let participant: Participant | undefined;
+    let close = async () => {};
     try {
+      participant = new Participant(app.port);
+      const opened = await openDb(app.database);
+      close = opened.close;
+      const db = opened.db;
       const call = stepCall();
       await participant.compensate(call);
       const records = await db.collection('operation_history').find({ request_id: call.request_id }).toArray();
@@ -44,7 +52,7 @@ describe('start-up and history retention', () => {
         assert.equal(record.expire_at.getTime() - record.recorded_at.getTime(), 3000 * 1000);
       }
     } finally {
-      participant.close();
+      participant?.close();
       await close();
       assert.equal(await app.stop(), 0);
     }
