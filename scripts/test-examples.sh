@@ -113,7 +113,7 @@ echo "== node $(node --version), npm $(npm --version)"
 for example in nestjs-shipping node-client; do
     stage="npm ci ($example)"
     echo "== $example: npm ci && npm run build"
-    (cd "examples/$example" && npm ci --no-audit --no-fund && npm run build --if-present)
+    (cd "examples/$example" && timeout 600 npm ci --no-audit --no-fund && npm run build --if-present)
 done
 
 stage="SecantusDB"

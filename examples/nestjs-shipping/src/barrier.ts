@@ -51,7 +51,8 @@ export class Barrier {
         const product = await firstUnshippable(this.store, call.params, session);
         if (product !== null) {
           const detail = `product ${product} cannot be shipped`;
-          await insertRecord(this.store.history, this.record(call, 'act', 'refused', { reason_code: UNSHIPPABLE, detail }), session);
+          const refusal = this.record(call, 'act', 'refused', { reason_code: UNSHIPPABLE, detail });
+          await insertRecord(this.store.history, refusal, session);
           return refused(UNSHIPPABLE, detail, false);
         }
         // The record first: a duplicate stops at the key before writing anything else.
@@ -107,9 +108,12 @@ export class Barrier {
     switch (act.status) {
       case 'applied': {
         const detail = `shipment ${act.shipment_id} cancelled`;
-        await insertRecord(history, this.record(call, 'compensate', 'undone', { detail, shipment_id: act.shipment_id }), session);
+        const undone = this.record(call, 'compensate', 'undone', { detail, shipment_id: act.shipment_id });
+        await insertRecord(history, undone, session);
         if (act.shipment_id === null || !(await cancelShipment(this.store, act.shipment_id, session))) {
-          throw new Corrupt(`request_id ${JSON.stringify(call.requestId)}: shipment ${act.shipment_id} of an applied act is not a created shipment`);
+          throw new Corrupt(
+            `request_id ${JSON.stringify(call.requestId)}: shipment ${act.shipment_id} of an applied act is not a created shipment`,
+          );
         }
         return compensated('COMPENSATION_EFFECT_UNDONE', detail, false);
       }
@@ -183,7 +187,8 @@ function checkParameters(call: CheckedCall, record: OperationRecord): void {
 }
 
 function corrupt(call: CheckedCall, record: OperationRecord): Corrupt {
-  return new Corrupt(`request_id ${JSON.stringify(call.requestId)}: ${record.kind} record in unexpected state ${record.status}`);
+  const key = JSON.stringify(call.requestId);
+  return new Corrupt(`request_id ${key}: ${record.kind} record in unexpected state ${record.status}`);
 }
 
 function applied(detail: string, replayed: boolean): ActReply {

@@ -26,7 +26,8 @@ export class Unauthenticated extends Error {}
 /** The request id was recorded with other parameters: a bug in the caller. */
 export class ParameterMismatch extends Error {
   constructor(requestId: string, kind: string, difference: string) {
-    super(`request_id ${JSON.stringify(requestId)} was reused with different parameters (${kind} record): ${difference}`);
+    const key = JSON.stringify(requestId);
+    super(`request_id ${key} was reused with different parameters (${kind} record): ${difference}`);
   }
 }
 

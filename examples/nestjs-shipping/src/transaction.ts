@@ -70,7 +70,9 @@ export async function transact<T>(
           // Give up now if another attempt (after the driver's backoff) could not end before the budget does.
           const another = Date.now() + MAX_BACKOFF_MS + (Date.now() - attemptStarted);
           if (isTransientTransactionError(error) && another >= until) {
-            throw new Unavailable(`gave up after ${attempts} attempts within the call's deadline; last: ${describe(error)}`);
+            throw new Unavailable(
+              `gave up after ${attempts} attempts within the call's deadline; last: ${describe(error)}`,
+            );
           }
           throw error;
         }

@@ -25,7 +25,8 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
 /** The repository's proto root; `PROTO_DIR` overrides it for a checkout elsewhere. */
-export const PROTO_DIR = process.env.PROTO_DIR ?? path.resolve(fileURLToPath(new URL('.', import.meta.url)), '../../../proto/proto');
+export const PROTO_DIR =
+  process.env.PROTO_DIR ?? path.resolve(fileURLToPath(new URL('.', import.meta.url)), '../../../proto/proto');
 
 export const TERMINAL = new Set(['SAGA_STATUS_COMPLETED', 'SAGA_STATUS_CANCELLED', 'SAGA_STATUS_FAILED']);
 
@@ -131,7 +132,10 @@ export function explain(error) {
       return { kind: 'reused', line: `this request_id was already used for a different order: ${error.details}` };
     case grpc.status.UNAVAILABLE:
     case grpc.status.DEADLINE_EXCEEDED:
-      return { kind: 'unavailable', line: `no answer from the orchestrator (${grpc.status[error.code]}: ${error.details})` };
+      return {
+        kind: 'unavailable',
+        line: `no answer from the orchestrator (${grpc.status[error.code]}: ${error.details})`,
+      };
     case grpc.status.UNAUTHENTICATED:
       return { kind: 'unauthenticated', line: `not authenticated: set CLIENT_TOKEN (${error.details})` };
     default:
