@@ -79,6 +79,13 @@ pub fn step_refusal(refusal: &Refusal) -> StepRefusal {
 /// `admission`) and its `act` record, in `tx`. [`Failure::Taken`] when the
 /// request id was recorded before: the runner rolls back and
 /// [`replay_act`] answers.
+///
+/// The effect comes first and the record second, as in every participant
+/// (one statement fewer on a first call, the common case), so a repeat
+/// runs the rules again before its record finds the key taken and the
+/// runner rolls it all back. Rules that cannot run twice (an insert under
+/// a unique key of their own) fail on a repeat: when they do, the key is
+/// looked at, and a taken one is a replay, not their error.
 pub async fn act<R: StepRules, T: StepTx>(
     tx: &mut T,
     input: &StepInput<R>,
@@ -89,12 +96,30 @@ pub async fn act<R: StepRules, T: StepTx>(
             INJECTED_REFUSAL,
             injected.message.clone(),
         ))),
-        Admission::Apply | Admission::Verify => match input.rules.act(tx, &input.call).await? {
-            Acted::Applied { detail } => Ok(detail),
-            Acted::Refused(refusal) => Err(recorded(refusal)),
+        Admission::Apply | Admission::Verify => match input.rules.act(tx, &input.call).await {
+            Ok(Acted::Applied { detail }) => Ok(detail),
+            Ok(Acted::Refused(refusal)) => Err(recorded(refusal)),
+            Err(failure) => return Err(taken_or(tx, input, failure).await),
         },
     };
     record(tx, &input.operation(), outcome, String::clone).await
+}
+
+/// [`Failure::Taken`] when `input`'s act is recorded already, else
+/// `failure` (also when the look fails: a store the rules' failure left
+/// unusable).
+async fn taken_or<R, T: HistoryTx>(
+    tx: &mut T,
+    input: &StepInput<R>,
+    failure: Failure<T::Error>,
+) -> Failure<T::Error> {
+    match failure {
+        Failure::Taken | Failure::RollBack => failure,
+        Failure::Store(_) | Failure::Refused(_) => match tx.get(&input.call.request_id, ACT).await {
+            Ok(Some(_)) => Failure::Taken,
+            _ => failure,
+        },
+    }
 }
 
 /// What an Act whose request id was recorded before answers: the recorded
@@ -111,6 +136,11 @@ pub async fn replay_act<R: StepRules, T: HistoryTx>(
 /// rules and records `undone`, or records a null compensation (and blocks
 /// the act) or nothing to undo. [`Failure::Taken`] when recorded before:
 /// [`replay_compensate`] answers.
+///
+/// The `compensate` record is written before the rules undo, so a repeat
+/// finds the key taken before it undoes anything: an undo need not be
+/// repeatable (taking points back falls short once they are gone). In one
+/// transaction the order changes nothing else.
 pub async fn compensate<R: StepRules, T: StepTx>(
     tx: &mut T,
     input: &StepInput<R>,
@@ -120,8 +150,9 @@ pub async fn compensate<R: StepRules, T: StepTx>(
         CompensationGate::Done(result) => return Ok(result),
         CompensationGate::Undo(act) => act,
     };
+    let result = finish_compensation(tx, &op).await?;
     input.rules.compensate(tx, &input.call, &act).await?;
-    finish_compensation(tx, &op).await
+    Ok(result)
 }
 
 /// What a Compensate recorded before answers.

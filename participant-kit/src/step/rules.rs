@@ -139,10 +139,13 @@ pub struct Listing {
     pub amount: i64,
 }
 
-/// A participant's business rules. The kit calls [`StepRules::act`] at
-/// most once per request id that commits, and [`StepRules::compensate`]
-/// only for an applied act, at most once that commits; a call that errs
-/// is rolled back whole (its effect with it) and answered with its status.
+/// A participant's business rules. The kit commits [`StepRules::act`] at
+/// most once per request id, and [`StepRules::compensate`] at most once,
+/// only for an applied act and never run again once recorded. A repeated
+/// Act may run `act` again inside a transaction that is then rolled back
+/// whole (the barrier finds the key taken after the effect), so `act`
+/// must do nothing outside `tx`. A call that errs is rolled back whole
+/// (its effect with it) and answered with its status.
 ///
 /// Serve them with [`step_participant!`](crate::step_participant) (a
 /// binary) or the stores of [`crate::step`] and [`crate::step::serve`].
