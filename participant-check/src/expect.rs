@@ -87,7 +87,11 @@ pub fn applied(what: &str, reply: &Result<pb::ActReply, Status>, replayed: bool)
     let reply = reply
         .as_ref()
         .map_err(|s| format!("{what} failed with {}", status(s)))?;
-    let expected = if replayed { "APPLIED (replayed)" } else { "APPLIED" };
+    let expected = if replayed {
+        "APPLIED (replayed)"
+    } else {
+        "APPLIED"
+    };
     if reply.outcome != i32::from(Outcome::Applied) || reply.replayed != replayed {
         return Err(format!(
             "{what} answered {}, expected {expected}",
@@ -156,7 +160,10 @@ pub fn failed_with<T: std::fmt::Debug>(
 ) -> Check {
     match result {
         Err(s) if s.code() == code => Ok(()),
-        Err(s) => Err(format!("{what} failed with {}, expected {code:?}", status(s))),
+        Err(s) => Err(format!(
+            "{what} failed with {}, expected {code:?}",
+            status(s)
+        )),
         Ok(reply) => Err(format!(
             "{what} succeeded ({}), expected {code:?}",
             quoted(&format!("{reply:?}"))

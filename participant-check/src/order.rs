@@ -53,9 +53,7 @@ impl OrderSpec {
     /// naming what is wrong.
     pub fn parse(json: &str) -> Result<Self, String> {
         let spec: OrderSpec = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        let sum = spec
-            .sum()
-            .ok_or("the lines' total overflows an int64")?;
+        let sum = spec.sum().ok_or("the lines' total overflows an int64")?;
         if let Some(total) = spec.total_cents
             && total != sum
         {
@@ -131,7 +129,10 @@ mod tests {
     #[test]
     fn a_bad_order_says_why() {
         let e = OrderSpec::parse(r#"{"customer_id":"c","total_cents":5}"#).unwrap_err();
-        assert!(e.contains("total_cents is 5 but the lines add up to 0"), "{e}");
+        assert!(
+            e.contains("total_cents is 5 but the lines add up to 0"),
+            "{e}"
+        );
         let e = OrderSpec::parse(r#"{"customer":"c"}"#).unwrap_err();
         assert!(e.contains("unknown field"), "{e}");
         let e = OrderSpec::parse(

@@ -79,7 +79,10 @@ async fn a_broken_participant_exits_1_naming_the_rules_it_breaks() {
         "{lines:#?}"
     );
     assert!(
-        lines.contains(&"SKIP refusal-replays: needs --refused-order, an order the participant refuses".to_owned()),
+        lines.contains(
+            &"SKIP refusal-replays: needs --refused-order, an order the participant refuses"
+                .to_owned()
+        ),
         "{lines:#?}"
     );
     let failed = lines.iter().filter(|l| l.starts_with("FAIL ")).count();

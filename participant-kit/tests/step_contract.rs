@@ -65,7 +65,11 @@ impl StepRules for Tokens {
         }
     }
 
-    async fn act<T: StepTx>(&self, tx: &mut T, call: &StepCall) -> Result<Acted, Failure<T::Error>> {
+    async fn act<T: StepTx>(
+        &self,
+        tx: &mut T,
+        call: &StepCall,
+    ) -> Result<Acted, Failure<T::Error>> {
         let customer = &call.order.customer_id;
         if customer == "refused" {
             return Ok(Acted::Refused(StepRefusal::new("NO_TOKENS", "not for you")));
@@ -82,7 +86,11 @@ impl StepRules for Tokens {
             )));
         }
         let given = call.order.lines.len() as i64;
-        match tx.add(&TOKENS, customer, given).await.map_err(Failure::Store)? {
+        match tx
+            .add(&TOKENS, customer, given)
+            .await
+            .map_err(Failure::Store)?
+        {
             Add::Done(now) => Ok(Acted::Applied {
                 detail: format!("{given} tokens, now {now}"),
             }),
@@ -148,7 +156,10 @@ async fn serve(token: Option<&str>) -> Served {
         None => TokenAuth::open_for(Role::Service),
     };
     let faults = Arc::new(Faults::disabled());
-    let kit = Kit::new(faults.clone(), ServeOptions::default().with_service(service));
+    let kit = Kit::new(
+        faults.clone(),
+        ServeOptions::default().with_service(service),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
@@ -210,7 +221,10 @@ impl Served {
         &mut self,
         call: &pb::StepCall,
     ) -> Result<pb::CompensateReply, tonic::Status> {
-        self.step.compensate(call.clone()).await.map(|r| r.into_inner())
+        self.step
+            .compensate(call.clone())
+            .await
+            .map(|r| r.into_inner())
     }
 
     /// `(kind, status, subject, amount)` of each record, oldest first.
@@ -359,7 +373,10 @@ async fn a_malformed_call_is_invalid_argument_and_records_nothing() {
     c.order.as_mut().unwrap().total_cents = 1;
     let refused = s.act(&c).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
-    assert!(refused.message().starts_with("order.total_cents:"), "{refused:?}");
+    assert!(
+        refused.message().starts_with("order.total_cents:"),
+        "{refused:?}"
+    );
     let mut no_order = call("s-6", "dee");
     no_order.order = None;
     let refused = s.compensate(&no_order).await.unwrap_err();

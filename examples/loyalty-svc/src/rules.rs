@@ -48,9 +48,7 @@ impl LoyaltyRules {
         match std::env::var(BLOCKED_ENV) {
             Ok(list) => Self::parse(&list),
             Err(std::env::VarError::NotPresent) => Ok(Self::default()),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(format!("{BLOCKED_ENV}: must be UTF-8"))
-            }
+            Err(std::env::VarError::NotUnicode(_)) => Err(format!("{BLOCKED_ENV}: must be UTF-8")),
         }
     }
 
@@ -91,7 +89,11 @@ impl StepRules for LoyaltyRules {
         }
     }
 
-    async fn act<T: StepTx>(&self, tx: &mut T, call: &StepCall) -> Result<Acted, Failure<T::Error>> {
+    async fn act<T: StepTx>(
+        &self,
+        tx: &mut T,
+        call: &StepCall,
+    ) -> Result<Acted, Failure<T::Error>> {
         let customer = &call.order.customer_id;
         if self.is_blocked(customer) {
             return Ok(Acted::Refused(StepRefusal::new(

@@ -23,7 +23,13 @@ impl Drop for Running {
 fn command(data_dir: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_loyalty-svc"));
     command
-        .args(["--listen", "127.0.0.1:0", "--no-metrics", "--log-format", "json"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--no-metrics",
+            "--log-format",
+            "json",
+        ])
         .arg("--data-dir")
         .arg(data_dir)
         .env_remove("MONGODB_URI")

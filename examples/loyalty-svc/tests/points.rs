@@ -14,8 +14,8 @@ struct Store {
 fn store() -> Store {
     let dir = tempfile::tempdir().unwrap();
     let rules = LoyaltyRules::parse("blocked-1").unwrap();
-    let store = SqliteSteps::open(&dir.path().join("loyalty.db"), Durability::Process, rules)
-        .unwrap();
+    let store =
+        SqliteSteps::open(&dir.path().join("loyalty.db"), Durability::Process, rules).unwrap();
     Store { store, _dir: dir }
 }
 
@@ -44,7 +44,10 @@ impl Store {
     }
 
     async fn act(&self, call: &StepCall) -> ActionReply<String> {
-        self.store.act(call.clone(), Admission::Apply).await.unwrap()
+        self.store
+            .act(call.clone(), Admission::Apply)
+            .await
+            .unwrap()
     }
 }
 

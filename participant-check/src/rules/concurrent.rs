@@ -4,9 +4,7 @@
 //! HTTP/2 connection, so the participant handles them concurrently.
 
 use super::single::applied_call;
-use crate::expect::record::{
-    ACT, APPLIED, BLOCKED, COMPENSATE, NULL_COMPENSATION, UNDONE,
-};
+use crate::expect::record::{ACT, APPLIED, BLOCKED, COMPENSATE, NULL_COMPENSATION, UNDONE};
 use crate::expect::{self, ALREADY_COMPENSATED, Check};
 use crate::target::Target;
 use futures::future::join_all;
@@ -43,8 +41,7 @@ pub async fn concurrent_acts_one_effect(t: &Target) -> Check {
     let n = t.settings().concurrency;
     let call = t.fresh_call(&t.settings().order);
     let calls = duplicates(&call, n);
-    let replies: Vec<Result<pb::ActReply, Status>> =
-        join_all(calls.iter().map(|c| t.act(c))).await;
+    let replies: Vec<Result<pb::ActReply, Status>> = join_all(calls.iter().map(|c| t.act(c))).await;
     let mut applied = Vec::with_capacity(n);
     for (i, reply) in replies.iter().enumerate() {
         let what = format!("concurrent Act #{} of {n}", i + 1);

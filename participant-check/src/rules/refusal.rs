@@ -14,7 +14,12 @@ async fn refused_call(t: &Target) -> Result<(pb::StepCall, pb::ActReply), String
     };
     let call = t.fresh_call(order);
     let reply = t.act(&call).await;
-    expect::refused("the first Act of --refused-order", &reply, None, Some(false))?;
+    expect::refused(
+        "the first Act of --refused-order",
+        &reply,
+        None,
+        Some(false),
+    )?;
     let reply = reply.map_err(|s| expect::status(&s))?;
     Ok((call, reply))
 }
@@ -69,4 +74,3 @@ pub async fn compensate_refused_nothing_to_undo(t: &Target) -> Check {
     )?;
     expect::unchanged(t, &call, &before, "repeating the Compensate").await
 }
-

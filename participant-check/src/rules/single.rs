@@ -2,9 +2,7 @@
 //! other parameters, a Compensate after the Act and before it, and an Act
 //! after its Compensate.
 
-use crate::expect::record::{
-    ACT, APPLIED, BLOCKED, COMPENSATE, NULL_COMPENSATION, UNDONE,
-};
+use crate::expect::record::{ACT, APPLIED, BLOCKED, COMPENSATE, NULL_COMPENSATION, UNDONE};
 use crate::expect::{self, ALREADY_COMPENSATED, Check};
 use crate::order::with_other_lines;
 use crate::target::Target;
@@ -16,9 +14,8 @@ use tonic::Code;
 pub(super) async fn applied_call(t: &Target) -> Result<pb::StepCall, String> {
     let call = t.fresh_call(&t.settings().order);
     let first = t.act(&call).await;
-    expect::applied("the first Act", &first, false).map_err(|why| {
-        format!("{why} (pass an --order the participant applies)")
-    })?;
+    expect::applied("the first Act", &first, false)
+        .map_err(|why| format!("{why} (pass an --order the participant applies)"))?;
     Ok(call)
 }
 
@@ -112,12 +109,7 @@ pub async fn changed_parameters_refused(t: &Target) -> Check {
 pub async fn compensate_undoes_once(t: &Target) -> Check {
     let call = applied_call(t).await?;
     let reply = t.compensate(&call).await;
-    expect::compensated(
-        "the Compensate",
-        &reply,
-        CompensationEffect::Undone,
-        false,
-    )?;
+    expect::compensated("the Compensate", &reply, CompensationEffect::Undone, false)?;
     expect::records(t, &call, &[(ACT, APPLIED), (COMPENSATE, UNDONE)]).await?;
     Ok(())
 }
@@ -177,12 +169,8 @@ pub async fn compensate_before_act_null(t: &Target) -> Check {
         CompensationEffect::NullCompensation,
         false,
     )?;
-    let before = expect::records(
-        t,
-        &call,
-        &[(ACT, BLOCKED), (COMPENSATE, NULL_COMPENSATION)],
-    )
-    .await?;
+    let before =
+        expect::records(t, &call, &[(ACT, BLOCKED), (COMPENSATE, NULL_COMPENSATION)]).await?;
     let mut again = call.clone();
     again.attempt = 2;
     let reply = t.compensate(&again).await;
@@ -218,11 +206,6 @@ pub async fn late_act_refused(t: &Target) -> Check {
             None,
         )?;
     }
-    expect::records(
-        t,
-        &call,
-        &[(ACT, BLOCKED), (COMPENSATE, NULL_COMPENSATION)],
-    )
-    .await?;
+    expect::records(t, &call, &[(ACT, BLOCKED), (COMPENSATE, NULL_COMPENSATION)]).await?;
     Ok(())
 }

@@ -85,8 +85,12 @@ pub async fn embedded(token: Option<&str>) -> Loyalty {
 pub async fn mongo(token: Option<&str>) -> Option<Loyalty> {
     let target = saga_tests::backends::mongo()?;
     let db = saga_tests::backends::fresh_database(&target, "loyalty").await;
-    let store = MongoSteps::open_with(db, participant_kit::HistoryRetention::default().keep, rules())
-        .await
-        .expect("open the MongoDB store");
+    let store = MongoSteps::open_with(
+        db,
+        participant_kit::HistoryRetention::default().keep,
+        rules(),
+    )
+    .await
+    .expect("open the MongoDB store");
     Some(serve(Arc::new(store), token, None).await)
 }

@@ -196,13 +196,18 @@ impl State {
         let undone = self
             .find(&call.request_id, "compensate")
             .is_some_and(|r| r.status == "undone");
-        Ok(match self.find(&call.request_id, "act").map(|r| r.status.as_str()) {
-            None => self.apply(call),
-            Some("applied") if undone => refused("ALREADY_COMPENSATED", "undone", true),
-            Some("applied") => applied("done", true),
-            Some("refused") => refused("CUSTOMER_BLOCKED", "blocked", true),
-            Some(_) => refused("ALREADY_COMPENSATED", "blocked", true),
-        })
+        Ok(
+            match self
+                .find(&call.request_id, "act")
+                .map(|r| r.status.as_str())
+            {
+                None => self.apply(call),
+                Some("applied") if undone => refused("ALREADY_COMPENSATED", "undone", true),
+                Some("applied") => applied("done", true),
+                Some("refused") => refused("CUSTOMER_BLOCKED", "blocked", true),
+                Some(_) => refused("ALREADY_COMPENSATED", "blocked", true),
+            },
+        )
     }
 
     fn compensate(
@@ -219,9 +224,7 @@ impl State {
             };
             return Ok(effect(replayed, true));
         }
-        let act = self
-            .find(&call.request_id, "act")
-            .map(|r| r.status.clone());
+        let act = self.find(&call.request_id, "act").map(|r| r.status.clone());
         Ok(match act.as_deref() {
             None if flaws.no_null_compensation => {
                 effect(CompensationEffect::NullCompensation, false)

@@ -121,10 +121,7 @@ impl TryFrom<pb::Order> for Order {
         if order.total_cents != total {
             return Err(validate::invalid(
                 "order.total_cents",
-                &format!(
-                    "is {} but the lines add up to {total}",
-                    order.total_cents
-                ),
+                &format!("is {} but the lines add up to {total}", order.total_cents),
             ));
         }
         Ok(Order {
@@ -155,7 +152,10 @@ impl StepCall {
             fields.push((field("unit_price_cents"), line.unit_price_cents.to_string()));
         }
         fields.push(("order.lines".to_owned(), order.lines.len().to_string()));
-        fields.push(("order.total_cents".to_owned(), order.total_cents.to_string()));
+        fields.push((
+            "order.total_cents".to_owned(),
+            order.total_cents.to_string(),
+        ));
         // Values quoted in the digest, so no value can pass for a field
         // boundary (`"a b=c"` is one value).
         let digest: Vec<(String, String)> = fields
@@ -163,7 +163,9 @@ impl StepCall {
             .map(|(name, value)| (name.clone(), format!("{value:?}")))
             .collect();
         Fingerprint::with_fields(
-            digest.iter().map(|(name, value)| (name.as_str(), value.clone())),
+            digest
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.clone())),
             fields,
         )
     }

@@ -61,8 +61,16 @@ pub async fn serve(
     let name = <SagaStepServiceServer<StepApi> as NamedService>::NAME;
     let log: Arc<dyn OperationLog> = store.clone();
     let expiry: Arc<dyn HistoryExpiry> = store;
-    kit.serve(Routes::new(api), name, label, log, expiry, listener, shutdown)
-        .await
+    kit.serve(
+        Routes::new(api),
+        name,
+        label,
+        log,
+        expiry,
+        listener,
+        shutdown,
+    )
+    .await
 }
 
 fn span(rpc: &'static str, call: &StepCall, trace_id: &str) -> Span {
@@ -145,10 +153,7 @@ impl SagaStepService for StepApi {
         let timed = self.kit.call(ACT, CallKind::Action, &request)?;
         let call = StepCall::try_from(request.into_inner())?;
         let span = span(ACT, &call, timed.trace_id());
-        let reply = crate::logged!(
-            &span,
-            self.act_once(call).instrument(span.clone()).await
-        );
+        let reply = crate::logged!(&span, self.act_once(call).instrument(span.clone()).await);
         drop(timed);
         Ok(Response::new(reply?))
     }
@@ -157,7 +162,9 @@ impl SagaStepService for StepApi {
         &self,
         request: Request<pb::StepCall>,
     ) -> Result<Response<pb::CompensateReply>, Status> {
-        let timed = self.kit.call(COMPENSATE, CallKind::Compensation, &request)?;
+        let timed = self
+            .kit
+            .call(COMPENSATE, CallKind::Compensation, &request)?;
         let call = StepCall::try_from(request.into_inner())?;
         let span = span(COMPENSATE, &call, timed.trace_id());
         let reply = crate::logged!(

@@ -115,10 +115,12 @@ async fn taken_or<R, T: HistoryTx>(
 ) -> Failure<T::Error> {
     match failure {
         Failure::Taken | Failure::RollBack => failure,
-        Failure::Store(_) | Failure::Refused(_) => match tx.get(&input.call.request_id, ACT).await {
-            Ok(Some(_)) => Failure::Taken,
-            _ => failure,
-        },
+        Failure::Store(_) | Failure::Refused(_) => {
+            match tx.get(&input.call.request_id, ACT).await {
+                Ok(Some(_)) => Failure::Taken,
+                _ => failure,
+            }
+        }
     }
 }
 

@@ -29,9 +29,6 @@ pub trait StepStore: OperationLog + HistoryExpiry + Send + Sync + 'static {
 
     /// The value of one of the rules' counters (tests, tools); `None` when
     /// the key has none.
-    async fn counter(
-        &self,
-        counter: Counter,
-        key: String,
-    ) -> Result<Option<i64>, ParticipantError>;
+    async fn counter(&self, counter: Counter, key: String)
+    -> Result<Option<i64>, ParticipantError>;
 }
