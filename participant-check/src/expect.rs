@@ -180,8 +180,11 @@ pub fn listed(operations: &[pb::Operation]) -> String {
     format!("[{}]", shown.join(", "))
 }
 
-/// The records under `call`'s request id are exactly `expected` (kind,
-/// status) in any order, each under that request id; returns them.
+/// The records of the protocol's kinds (`act`, `compensate`) under
+/// `call`'s request id are exactly `expected` (kind, status) in any order,
+/// and every record listed is under that request id; returns all listed.
+/// Entries of other kinds are the participant's own (inventory lists its
+/// order lines) and left alone.
 pub async fn records(
     target: &Target,
     call: &pb::StepCall,
@@ -193,6 +196,7 @@ pub async fn records(
         .map_err(|s| format!("ListOperations failed with {}", status(&s)))?;
     let mut found: Vec<(&str, &str)> = operations
         .iter()
+        .filter(|o| o.kind == record::ACT || o.kind == record::COMPENSATE)
         .map(|o| (o.kind.as_str(), o.status.as_str()))
         .collect();
     let mut wanted = expected.to_vec();

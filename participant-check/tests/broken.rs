@@ -9,6 +9,8 @@
 //! - `no_null_compensation_fails_the_compensate_first_rules`: a Compensate
 //!   before its Act records nothing, so the late Act applies.
 //! - `ignoring_the_token_fails_token_required`.
+//! - `check_then_insert_fails_only_under_concurrency`: a read before the
+//!   write instead of a unique key, which one call at a time never shows.
 
 mod support;
 
@@ -122,4 +124,34 @@ async fn ignoring_the_token_fails_token_required() {
     let served = memory::serve(flaws, Some(TOKEN)).await;
     let report = check(settings(served.addr, Some(TOKEN))).await;
     assert_eq!(report.failed_rules(), ["token-required"], "{report}");
+}
+
+#[tokio::test]
+async fn check_then_insert_fails_only_under_concurrency() {
+    let flaws = Flaws {
+        check_then_insert: true,
+        ..Flaws::default()
+    };
+    let served = memory::serve(flaws, None).await;
+    let report = check(settings(served.addr, None)).await;
+    assert_fails(
+        &report,
+        &[
+            "concurrent-acts-one-effect",
+            "concurrent-compensates-one-undo",
+        ],
+        &[
+            "first-act-applies",
+            "repeat-act-replays",
+            "changed-parameters-refused",
+            "refusal-replays",
+            "compensate-undoes-once",
+            "repeat-compensate-replays",
+            "act-after-undo-refused",
+            "compensate-refused-nothing-to-undo",
+            "compensate-before-act-null",
+            "late-act-refused",
+            "history-lists-records",
+        ],
+    );
 }

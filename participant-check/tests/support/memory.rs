@@ -31,6 +31,10 @@ pub struct Flaws {
     pub no_null_compensation: bool,
     /// The service token is not checked.
     pub ignores_token: bool,
+    /// Looks for the request id's record, then (after an await, as a
+    /// database read would) applies and records: check-then-insert, which
+    /// one call at a time never shows.
+    pub check_then_insert: bool,
 }
 
 #[derive(Default)]
@@ -214,9 +218,13 @@ impl State {
         &mut self,
         call: &pb::StepCall,
         flaws: Flaws,
+        looked: bool,
     ) -> Result<pb::CompensateReply, Status> {
         self.same_parameters(call)?;
-        if let Some(done) = self.find(&call.request_id, "compensate") {
+        if let Some(done) = self
+            .find(&call.request_id, "compensate")
+            .filter(|_| !looked)
+        {
             let replayed = match done.status.as_str() {
                 "undone" => CompensationEffect::Undone,
                 "null_compensation" => CompensationEffect::NullCompensation,
@@ -279,7 +287,14 @@ impl Memory {
 impl SagaStepService for Memory {
     async fn act(&self, request: Request<pb::StepCall>) -> Result<Response<pb::ActReply>, Status> {
         self.admit(&request)?;
-        let reply = self.state().act(request.get_ref(), self.flaws)?;
+        let call = request.get_ref();
+        let mut flaws = self.flaws;
+        if flaws.check_then_insert && self.state().find(&call.request_id, "act").is_none() {
+            tokio::task::yield_now().await;
+            // It looked already: it applies.
+            flaws.no_dedupe = true;
+        }
+        let reply = self.state().act(call, flaws)?;
         Ok(Response::new(reply))
     }
 
@@ -288,7 +303,13 @@ impl SagaStepService for Memory {
         request: Request<pb::StepCall>,
     ) -> Result<Response<pb::CompensateReply>, Status> {
         self.admit(&request)?;
-        let reply = self.state().compensate(request.get_ref(), self.flaws)?;
+        let call = request.get_ref();
+        let looked = self.flaws.check_then_insert
+            && self.state().find(&call.request_id, "compensate").is_none();
+        if looked {
+            tokio::task::yield_now().await;
+        }
+        let reply = self.state().compensate(call, self.flaws, looked)?;
         Ok(Response::new(reply))
     }
 }
