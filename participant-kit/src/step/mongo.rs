@@ -26,7 +26,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use mongodb::Database;
 use mongodb::error::Error;
-use service_kit::retention::PurgeBatch;
+use service_kit::purge::PurgeBatch;
 use std::sync::Arc;
 use std::time::Duration;
 

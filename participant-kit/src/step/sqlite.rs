@@ -15,7 +15,7 @@ use crate::{
 use async_trait::async_trait;
 use embedded_store::{DbError, Durability, EmbeddedDb};
 use futures::FutureExt;
-use service_kit::retention::PurgeBatch;
+use service_kit::purge::PurgeBatch;
 use std::path::Path;
 use std::sync::Arc;
 
