@@ -24,12 +24,12 @@
 //! adapter then logs the result with [`logged!`](crate::logged), a macro
 //! so that the line carries the participant's own log target.
 
-use service_kit::clock::SharedClock;
 use crate::faults::{self, CallKind, Faults};
 use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
 use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
 use crate::{CompensationResult, metrics};
+use service_kit::clock::SharedClock;
 use service_kit::metrics::CallTimer;
 use service_kit::server::{ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
