@@ -42,15 +42,21 @@ if ! command -v docker-compose >/dev/null 2>&1; then
 fi
 
 echo "validate-compose: $(docker-compose version --short 2>/dev/null || docker-compose --version)"
+# An empty project directory: no .env is read from it.
+project=$(mktemp -d)
+trap 'rm -rf "$project"' EXIT
 # Validated with tokens as ./scripts/compose-env.sh would write them (in the
-# environment, so no .env file is read or written here)...
+# environment, so no .env file is read or written here), without and with the
+# optional `tracing` profile (Jaeger, the services exporting to it)...
 ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service \
-    docker-compose --project-directory "$(mktemp -d)" -f "$compose_file" config -q
+    docker-compose --project-directory "$project" -f "$compose_file" config -q
+ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317 \
+    docker-compose --project-directory "$project" -f "$compose_file" --profile tracing config -q
 # ...and refused without them: the stack never starts with open admin or
 # saga RPCs by accident.
 if env -u ADMIN_TOKEN -u SERVICE_TOKEN \
-    docker-compose --project-directory "$(mktemp -d)" -f "$compose_file" config -q 2>/dev/null; then
+    docker-compose --project-directory "$project" -f "$compose_file" config -q 2>/dev/null; then
     echo "validate-compose: $compose_file accepts a start without ADMIN_TOKEN/SERVICE_TOKEN" >&2
     exit 1
 fi
-echo "validate-compose: $compose_file is valid (and refuses to start without tokens)"
+echo "validate-compose: $compose_file is valid, also with --profile tracing (and refuses to start without tokens)"
