@@ -29,6 +29,8 @@
 #                              counts from the transaction's LAST statement, and an expired
 #                              transaction is reaped only when a transaction command
 #                              (any session) reaches the server.
+# SECANTUSDB_DISABLED=<reason>: do nothing, say why on stderr and exit 1 (the launchers
+# then report MongoDB unavailable, and MongoDB tests skip unless REQUIRE_MONGO=1).
 # Useful secantusd-py flags: --standalone (hello without setName; transactions still work;
 #   no oplog, so no change streams),
 #   --enable-test-commands (configureFailPoint/failCommand), --sync-on-commit (fsync each
@@ -51,7 +53,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=lib/pinned-venv.sh
+# shellcheck source=scripts/lib/pinned-venv.sh
 source "$root/scripts/lib/pinned-venv.sh"
 venv="${SECANTUSDB_VENV:-$root/target/secantusdb-venv}"
 py="$venv/bin/python"
@@ -72,6 +74,13 @@ setup_only=0
 if [[ "${1:-}" == "--setup-only" ]]; then
   setup_only=1
   shift
+fi
+
+# `./scripts/test.sh --skip-mongo` sets this so that no test starts a server (each
+# MongoDB test then skips, printing why).
+if [[ -n "${SECANTUSDB_DISABLED:-}" ]]; then
+  echo "secantusdb: not started: $SECANTUSDB_DISABLED" >&2
+  exit 1
 fi
 
 pinned_venv secantusdb "$venv" "$requirements" 'secantus.cli, secantus.server, wiredtiger, pymongo' --pre

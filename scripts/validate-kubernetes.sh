@@ -24,7 +24,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=lib/pinned-venv.sh
+# shellcheck source=scripts/lib/pinned-venv.sh
 source "$root/scripts/lib/pinned-venv.sh"
 venv="${KUBERNETES_VALIDATE_VENV:-$root/target/kubernetes-validate-venv}"
 dir="${1:-$root/deploy/kubernetes}"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts that run a pinned Python tool from PyPI
 # (scripts/secantusdb.sh, scripts/validate-kubernetes.sh): one way to keep a
 # venv under target/ holding exactly the pinned requirements.
