@@ -62,5 +62,5 @@ WORKDIR /home/nonroot
 EXPOSE 50051 50052 50053 8080 9461 9462 9463
 
 # Healthchecks are set per service in compose.yaml (exec form, no shell), e.g.
-#   ["CMD", "grpc-health", "127.0.0.1:50052"]
+#   ["CMD", "grpc-health", "127.0.0.1:50052", ""]   (health name "": readiness)
 CMD ["orchestrator", "serve"]
