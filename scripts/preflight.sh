@@ -67,7 +67,8 @@ lack() {
 
 echo "preflight: what this run needs (on $system, as uid $(id -u))"
 
-# Rust. No distribution's cargo package is new enough (rust-version 1.89).
+# Rust: rustup, which installs the toolchain rust-toolchain.toml pins (Debian's
+# and Ubuntu's own cargo packages are older than rust-version, 1.89).
 rustup_hint="install rustup (https://rustup.rs) and run from the repository root: rust-toolchain.toml pins the toolchain"
 if ! command -v cargo >/dev/null 2>&1; then
     lack "cargo (Rust)" "" "" "$rustup_hint"
