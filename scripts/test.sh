@@ -66,6 +66,7 @@ summary() {
     awk '/^test result:/ { p += $4; f += $6; i += $8 }
          /^chaos: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
          /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
+         /^examples: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
          END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
     if [ "$status" -ne 0 ]; then
         show_failures
@@ -81,7 +82,7 @@ summary() {
 show_failures() {
     local reasons
     reasons=$({
-        grep -E '^test .* \.\.\. FAILED$|^  FAIL  |^FAIL: ' "$log"
+        grep -E '^test .* \.\.\. FAILED$|^  FAIL  |^FAIL: |^not ok ' "$log"
         grep -E -A3 'panicked at' "$log" | grep -v -E '^note: run with|^stack backtrace'
     } | awk '!seen[$0]++' | head -n 60) || true
     if [ -n "$reasons" ]; then
@@ -181,6 +182,14 @@ cargo build --locked --workspace --bins --quiet
 stage="cargo test"
 echo "== cargo test (embedded stores$([ "$skip_mongo" = 1 ] || echo " and MongoDB"))"
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
+
+stage="examples"
+if [ "$skip_mongo" = 1 ]; then
+    skip examples "the NestJS participant's tests need the MongoDB target"
+else
+    echo "== examples in other languages: the NestJS participant on SecantusDB, the Node client on the dev stack"
+    run_tool ./scripts/test-examples.sh
+fi
 
 stage="chaos soak"
 echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on ${backends[*]}"
