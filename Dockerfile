@@ -26,42 +26,41 @@ ENV CARGO_TERM_COLOR=never \
 COPY . .
 
 # `-p` is needed because the workspace's default-members is only `dev-stack`.
-# The binaries are copied out of the target cache mount, which is not part of
-# the image layer.
+# The `image` profile (root Cargo.toml) is `release` without debug info and
+# with symbols stripped: the image ships only what runs. The binaries are
+# copied out of the target cache mount, which is not part of the image layer.
 RUN --mount=type=cache,id=saga-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=saga-cargo-git,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,id=saga-target-bookworm,target=/src/target,sharing=locked \
-    cargo build --release --locked \
+    cargo build --profile image --locked \
         -p orchestrator -p payment-svc -p inventory-svc -p service-kit -p dev-stack \
         --bin orchestrator --bin payment-svc --bin inventory-svc --bin grpc-health --bin dev-stack \
  && mkdir -p /out \
- && cp target/release/orchestrator \
-       target/release/payment-svc \
-       target/release/inventory-svc \
-       target/release/grpc-health \
-       target/release/dev-stack \
+ && cp target/image/orchestrator \
+       target/image/payment-svc \
+       target/image/inventory-svc \
+       target/image/grpc-health \
+       target/image/dev-stack \
        /out/
 
 # ---------------------------------------------------------------------------
-FROM debian:bookworm-slim AS runtime
-
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
- && rm -rf /var/lib/apt/lists/* \
- && groupadd --system --gid 10001 app \
- && useradd --system --uid 10001 --gid 10001 --home-dir /app \
-        --no-create-home --shell /usr/sbin/nologin app \
- && install -d -o 10001 -g 10001 /app
+# distroless/cc: glibc, libgcc and CA certificates, no shell, no package
+# manager. That is all the binaries need: `ldd` lists only libc, libm and
+# libgcc_s (SQLite, rustls/ring and mimalloc are linked in), and the builder's
+# bookworm glibc is the one cc-debian12 ships. With no shell, healthchecks
+# must be exec form (compose.yaml: ["CMD", "grpc-health", ...]).
+FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 
 COPY --from=builder /out/ /usr/local/bin/
 
-# The working directory is writable by the service user, so an embedded
-# (non-MongoDB) run can keep its ./data there too.
-WORKDIR /app
-USER 10001:10001
+# The image's own non-root user (nonroot, 65532; distroless has no shell to
+# create another). Its home is writable by it, so an embedded (non-MongoDB)
+# run can keep its ./data there.
+USER 65532:65532
+WORKDIR /home/nonroot
 
-EXPOSE 50051 50052 50053 8080
+EXPOSE 50051 50052 50053 8080 9461 9462 9463
 
 # Healthchecks are set per service in compose.yaml (exec form, no shell), e.g.
-#   ["CMD", "grpc-health", "127.0.0.1:50052"]
+#   ["CMD", "grpc-health", "127.0.0.1:50052", ""]   (health name "": readiness)
 CMD ["orchestrator", "serve"]

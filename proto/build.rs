@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/saga/v1/saga.proto",
         "proto/participant/v1/participant.proto",
+        "proto/participant/v1/step.proto",
         "proto/payment/v1/payment.proto",
         "proto/inventory/v1/inventory.proto",
         "proto/faults/v1/faults.proto",

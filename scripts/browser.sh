@@ -1,64 +1,70 @@
 #!/usr/bin/env bash
-# The real browser the console test (tests/tests/console.rs) drives:
-# Debian's `chromium` and `chromium-driver`. With --setup-only it installs
-# them with apt-get when missing (as root, non-interactively, running
-# `apt-get update` only if the install fails without it; idempotent) and
-# prints the chromedriver path on stdout, the only line it prints there.
-# Without arguments it also prints both versions (on stderr).
+# The real browser the console test (tests/tests/console.rs) drives: a
+# Chromium (or Chrome) and its chromedriver. Found as CHROMEDRIVER (a file) or
+# `chromedriver` on PATH, and CHROMIUM (a file) or `chromium`,
+# `chromium-browser`, `google-chrome` or `google-chrome-stable` on PATH. With
+# --setup-only it installs Debian's `chromium` and `chromium-driver` with
+# apt-get when they are missing (as root or with passwordless sudo,
+# non-interactively; idempotent) and prints the chromedriver path on stdout,
+# the only line it prints there. Without arguments it also prints both
+# versions (on stderr). Where it cannot install them, it says so and exits 1
+# (./scripts/preflight.sh names the packages for this system). With --check it
+# installs nothing and prints nothing: exit 0 when both are found, 1 if not.
 #
 # The test starts chromedriver itself on a free port and stops it by pid;
 # this script never leaves a process behind.
 set -euo pipefail
+# shellcheck source=scripts/lib/apt-install.sh
+source "$(dirname "$0")/lib/apt-install.sh"
 
 usage() {
-    echo "usage: $0 [--setup-only]" >&2
+    echo "usage: $0 [--setup-only | --check]" >&2
     exit 2
 }
 case "${1:-}" in
-    "" | --setup-only) ;;
+    "" | --setup-only | --check) ;;
     *) usage ;;
 esac
 
-have_browser() {
-    command -v chromedriver >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1
+chromedriver_path() {
+    if [ -n "${CHROMEDRIVER:-}" ] && [ -f "$CHROMEDRIVER" ]; then
+        echo "$CHROMEDRIVER"
+    else
+        command -v chromedriver
+    fi
 }
 
-install_browser() {
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "browser: chromium/chromium-driver are not installed and apt-get is not available;" >&2
-        echo "browser: install Chromium and its chromedriver, then rerun." >&2
-        return 1
-    fi
-    local sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-            sudo=(sudo -n)
-        else
-            echo "browser: chromium is not installed and installing it needs root" >&2
-            echo "browser: (run this script as root, or: sudo apt-get install chromium chromium-driver)." >&2
-            return 1
-        fi
-    fi
-    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends)
-    echo "browser: chromium/chromium-driver not found; installing Debian's packages" >&2
-    if "${apt[@]}" install chromium chromium-driver >&2; then
+browser_path() {
+    if [ -n "${CHROMIUM:-}" ] && [ -f "$CHROMIUM" ]; then
+        echo "$CHROMIUM"
         return 0
     fi
-    echo "browser: install failed; running apt-get update and retrying" >&2
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q update >&2 \
-        && "${apt[@]}" install chromium chromium-driver >&2
+    local name
+    for name in chromium chromium-browser google-chrome google-chrome-stable; do
+        command -v "$name" && return 0
+    done
+    return 1
 }
 
+have_browser() {
+    chromedriver_path >/dev/null 2>&1 && browser_path >/dev/null 2>&1
+}
+
+if [ "${1:-}" = "--check" ]; then
+    have_browser
+    exit
+fi
+
 if ! have_browser; then
-    if ! install_browser || ! have_browser; then
-        echo "browser: could not install chromium and chromium-driver" >&2
+    if ! apt_install browser chromium chromium-driver || ! have_browser; then
+        echo "browser: no Chromium and chromedriver; the console test needs both" >&2
         exit 1
     fi
 fi
 
 if [ "${1:-}" != "--setup-only" ]; then
     # The Debian wrapper prints a harmless "[: ...: unexpected operator".
-    chromium --version 2>/dev/null >&2 || true
-    chromedriver --version >&2
+    "$(browser_path)" --version >&2 2>/dev/null || true
+    "$(chromedriver_path)" --version >&2
 fi
-command -v chromedriver
+chromedriver_path

@@ -29,6 +29,8 @@
 #                              counts from the transaction's LAST statement, and an expired
 #                              transaction is reaped only when a transaction command
 #                              (any session) reaches the server.
+# SECANTUSDB_DISABLED=<reason>: do nothing, say why on stderr and exit 1 (the launchers
+# then report MongoDB unavailable, and MongoDB tests skip unless REQUIRE_MONGO=1).
 # Useful secantusd-py flags: --standalone (hello without setName; transactions still work;
 #   no oplog, so no change streams),
 #   --enable-test-commands (configureFailPoint/failCommand), --sync-on-commit (fsync each
@@ -44,18 +46,17 @@
 # stops at once. The server is one process (threads only, no children).
 #
 # The venv lives at target/secantusdb-venv (SECANTUSDB_VENV overrides it); the first
-# setup downloads ~25 MB and takes ~30 s (up to ~75 s seen), the venv is ~145 MB. The
-# pinned requirements are installed only when they (or the python) changed: a stamp file
-# records what was installed, so a later run costs well under a second. Setup output goes
-# to stderr. If python3's venv module is missing, falls back to `pip install --target` plus a
-# small wrapper at <venv>/bin/python.
+# setup downloads ~25 MB and takes ~30 s (up to ~75 s seen), the venv is ~145 MB. It is
+# kept by scripts/lib/pinned-venv.sh: the pinned requirements are installed only when they
+# (or the python) changed, so a later run costs well under a second; setup output goes to
+# stderr; without python3's venv module it falls back to `pip install --target`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/pinned-venv.sh
+source "$root/scripts/lib/pinned-venv.sh"
 venv="${SECANTUSDB_VENV:-$root/target/secantusdb-venv}"
-sys_python="${PYTHON:-python3}"
 py="$venv/bin/python"
-stamp="$venv/.requirements.stamp"
 empty_config="$venv/secantusd-empty.toml"
 
 # secantusdb and every dependency it pulls in, pinned (pip needs --pre for the beta).
@@ -75,66 +76,14 @@ if [[ "${1:-}" == "--setup-only" ]]; then
   shift
 fi
 
-want_stamp() {
-  {
-    echo "$requirements"
-    "$sys_python" -c 'import sys; print(sys.version)'
-  } | sha256sum | cut -d' ' -f1
-}
-
-is_ready() {
-  [[ -x "$py" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]
-}
-
-setup() {
-  export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-  rm -f "$stamp"
-  if [[ ! -x "$py" ]] || ! "$py" -c 'import sys' >/dev/null 2>&1; then
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    echo "secantusdb: creating venv $venv" >&2
-    if ! "$sys_python" -m venv "$venv" >&2 2>&1 || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
-      echo "secantusdb: python3 -m venv unavailable; using pip install --target" >&2
-      rm -rf "$venv"
-      mkdir -p "$venv/bin" "$venv/site"
-      local real_python
-      real_python="$(command -v "$sys_python")"
-      cat >"$py" <<EOF
-#!/bin/sh
-# pip --target fallback for a python3 without the venv module
-PYTHONPATH="$venv/site\${PYTHONPATH:+:\$PYTHONPATH}" exec "$real_python" "\$@"
-EOF
-      chmod +x "$py"
-      touch "$venv/.target-mode"
-    fi
-  fi
-  local req_file="$venv/requirements.txt"
-  echo "$requirements" >"$req_file"
-  echo "secantusdb: installing $(grep -c . "$req_file") pinned packages" >&2
-  if [[ -f "$venv/.target-mode" ]]; then
-    "$sys_python" -m pip install --quiet --pre --upgrade --target "$venv/site" -r "$req_file" >&2
-  else
-    "$py" -m pip install --quiet --pre -r "$req_file" >&2
-  fi
-  "$py" -c 'import secantus.cli, secantus.server, wiredtiger, pymongo' >&2
-  : >"$empty_config"
-  echo "$want" >"$stamp"
-}
-
-want="$(want_stamp)"
-if ! is_ready; then
-  mkdir -p "$(dirname "$venv")"
-  lock="$venv.lock"
-  if command -v flock >/dev/null 2>&1; then
-    # Parallel tests may start several servers at once: set up only once.
-    exec 9>"$lock"
-    flock 9
-    is_ready || setup
-    exec 9>&-
-  else
-    setup
-  fi
+# `./scripts/test.sh --skip-mongo` sets this so that no test starts a server (each
+# MongoDB test then skips, printing why).
+if [[ -n "${SECANTUSDB_DISABLED:-}" ]]; then
+  echo "secantusdb: not started: $SECANTUSDB_DISABLED" >&2
+  exit 1
 fi
+
+pinned_venv secantusdb "$venv" "$requirements" 'secantus.cli, secantus.server, wiredtiger, pymongo' --pre
 
 if [[ "$setup_only" == 1 ]]; then
   echo "$py"

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # The project's test command (README and .ci/run both call this).
-# Runs format and lint checks, validates compose.yaml, prepares the MongoDB
-# test target — SecantusDB, unless MONGODB_URI points at a real MongoDB —
-# and the browser (Debian's chromium and chromium-driver, installed when
-# missing), then every test in the workspace: unit tests, the storage
-# conformance suites on both
-# backends, end-to-end scenarios over real gRPC servers on ephemeral ports
-# with real stores in temp dirs, the saga console in headless Chromium, the
-# chaos soak (two orchestrators on one store, with contention) and the load
-# generator's smoke run.
+#
+#   scripts/test.sh [--skip-browser] [--skip-mongo] [--skip-compose]
+#
+# First checks that this machine has what the run needs (scripts/preflight.sh:
+# it stops at once, naming the packages to install, if not). Then runs format
+# and lint checks, the documents' links, the Kubernetes manifests, validates
+# compose.yaml, prepares the MongoDB test target — SecantusDB, unless
+# MONGODB_URI points at a real MongoDB — and the browser (Debian's chromium
+# and chromium-driver, installed when missing), then every test in the
+# workspace: unit tests, the storage conformance suites on both backends,
+# end-to-end scenarios over real gRPC servers on ephemeral ports with real
+# stores in temp dirs, the saga console in headless Chromium, the chaos soak
+# (two orchestrators on one store, with contention) and the load generator's
+# smoke run.
+#
+# The switches are for local runs on a machine without a browser, the Python
+# MongoDB test server or docker-compose: each leaves its stage out, with a
+# "SKIPPED: ..." line, and the tests that need it skip (--skip-mongo: the
+# MongoDB suites, and the chaos soak and load generator run on the embedded
+# store only). With CI=true they are refused: CI runs everything.
 #
 # Made to be read in CI: every stage's output is shown in full (nothing is
 # cut with `tail`), a failed chaos or loadgen run prints its kept work dir and
@@ -18,16 +29,44 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() {
+    echo "usage: $0 [--skip-browser] [--skip-mongo] [--skip-compose]"
+}
+skip_browser=0 skip_mongo=0 skip_compose=0
+for arg in "$@"; do
+    case "$arg" in
+        --skip-browser) skip_browser=1 ;;
+        --skip-mongo) skip_mongo=1 ;;
+        --skip-compose) skip_compose=1 ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; exit 2 ;;
+    esac
+done
+if [ $# -gt 0 ] && [ "${CI:-}" = true ]; then
+    echo "test.sh: $* refused: with CI=true every stage runs (the switches are for local runs)" >&2
+    exit 2
+fi
+# What a local run left out, repeated beside the closing line.
+skipped_stages=()
+skip() {
+    skipped_stages+=("$1")
+    echo "SKIPPED: $1 ($2)"
+}
+
 log=$(mktemp)
 stage="start"
 summary() {
     local status=$?
+    if [ ${#skipped_stages[@]} -gt 0 ]; then
+        echo "SKIPPED stages (a local run): ${skipped_stages[*]}"
+    fi
     # One closing line for the whole run (cargo prints one per test binary;
     # the chaos soak prints "chaos: N passed, M failed", the load generator
     # "loadgen smoke: N passed, M failed").
     awk '/^test result:/ { p += $4; f += $6; i += $8 }
          /^chaos: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
          /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
+         /^examples: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
          END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
     if [ "$status" -ne 0 ]; then
         show_failures
@@ -43,7 +82,7 @@ summary() {
 show_failures() {
     local reasons
     reasons=$({
-        grep -E '^test .* \.\.\. FAILED$|^  FAIL  |^FAIL: ' "$log"
+        grep -E '^test .* \.\.\. FAILED$|^  FAIL  |^FAIL: |^not ok ' "$log"
         grep -E -A3 'panicked at' "$log" | grep -v -E '^note: run with|^stack backtrace'
     } | awk '!seen[$0]++' | head -n 60) || true
     if [ -n "$reasons" ]; then
@@ -74,32 +113,64 @@ run_tool() {
     fi
 }
 
+stage="preflight"
+echo "== $stage: what this run needs, before anything is built"
+skips=()
+[ "$skip_browser" = 0 ] || skips+=(--skip-browser)
+[ "$skip_mongo" = 0 ] || skips+=(--skip-mongo)
+[ "$skip_compose" = 0 ] || skips+=(--skip-compose)
+./scripts/preflight.sh "${skips[@]}"
+
+# The quick checks first: none of them builds anything.
 stage="cargo fmt --check"
 echo "== $stage"
 cargo fmt --all -- --check
+stage="document links"
+echo "== $stage"
+./scripts/check-doc-links.sh
+stage="Kubernetes manifests"
+echo "== $stage (deploy/kubernetes, offline: kubernetes-validate)"
+./scripts/validate-kubernetes.sh
+stage="compose.yaml"
+if [ "$skip_compose" = 1 ]; then
+    skip compose.yaml "--skip-compose: compose.yaml is not validated"
+else
+    echo "== $stage"
+    ./scripts/validate-compose.sh
+fi
+
 stage="cargo clippy"
 echo "== $stage"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
-stage="compose.yaml"
-echo "== $stage"
-./scripts/validate-compose.sh
 
 stage="MongoDB target"
-if [ -n "${MONGODB_URI:-}" ]; then
-    echo "== MongoDB target: real MongoDB (MONGODB_URI is set); SecantusDB too, for the tests that stop their server, set its transaction lifetime or inject failpoints"
+backends=(embedded mongo)
+if [ "$skip_mongo" = 1 ]; then
+    skip MongoDB "--skip-mongo: no MongoDB test server is started and MONGODB_URI is ignored, so the MongoDB suites skip; the chaos soak and the load generator run on the embedded store only"
+    unset MONGODB_URI
+    export SECANTUSDB_DISABLED="./scripts/test.sh --skip-mongo"
+    backends=(embedded)
 else
-    echo "== MongoDB target: SecantusDB, a MongoDB-compatible server over WiredTiger (no MONGODB_URI); preparing it"
+    if [ -n "${MONGODB_URI:-}" ]; then
+        echo "== MongoDB target: real MongoDB (MONGODB_URI is set); SecantusDB too, for the tests that stop their server, set its transaction lifetime or inject failpoints"
+    else
+        echo "== MongoDB target: SecantusDB, a MongoDB-compatible server over WiredTiger (no MONGODB_URI); preparing it"
+    fi
+    ./scripts/secantusdb.sh --setup-only >/dev/null
+    # The MongoDB suites must run, never skip, in this command.
+    export REQUIRE_MONGO=1
 fi
-./scripts/secantusdb.sh --setup-only >/dev/null
-# The MongoDB suites must run, never skip, in this command.
-export REQUIRE_MONGO=1
 
 stage="browser"
-echo "== browser: Debian's chromium + chromium-driver for the console test (installed when missing)"
-CHROMEDRIVER="$(./scripts/browser.sh --setup-only)"
-echo "chromedriver: $CHROMEDRIVER"
-# The console test drives that browser and must run, never skip, here.
-export CHROMEDRIVER REQUIRE_BROWSER=1
+if [ "$skip_browser" = 1 ]; then
+    skip browser "--skip-browser: no browser is prepared; the console's browser test runs only if a chromedriver is on PATH, and skips otherwise"
+else
+    echo "== browser: Chromium + chromedriver for the console test (Debian's, installed when missing)"
+    CHROMEDRIVER="$(./scripts/browser.sh --setup-only)"
+    echo "chromedriver: $CHROMEDRIVER"
+    # The console test drives that browser and must run, never skip, here.
+    export CHROMEDRIVER REQUIRE_BROWSER=1
+fi
 
 stage="cargo build"
 # Tests that start the services as processes (chaos, kill -9, MongoDB
@@ -109,12 +180,20 @@ echo "== cargo build (every binary, for the tests that start them as processes)"
 cargo build --locked --workspace --bins --quiet
 
 stage="cargo test"
-echo "== cargo test (embedded stores and MongoDB)"
+echo "== cargo test (embedded stores$([ "$skip_mongo" = 1 ] || echo " and MongoDB"))"
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
 
+stage="examples"
+if [ "$skip_mongo" = 1 ]; then
+    skip examples "the NestJS participant's tests need the MongoDB target"
+else
+    echo "== examples in other languages: the NestJS participant on SecantusDB, the Node client on the dev stack"
+    run_tool ./scripts/test-examples.sh
+fi
+
 stage="chaos soak"
-echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on both backends"
-for backend in embedded mongo; do
+echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on ${backends[*]}"
+for backend in "${backends[@]}"; do
     stage="chaos soak ($backend)"
     run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
         --contention-orders 40 --retention-pass --backend "$backend"
@@ -122,7 +201,7 @@ done
 
 stage="loadgen smoke"
 echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings"
-for backend in embedded mongo; do
+for backend in "${backends[@]}"; do
     stage="loadgen smoke ($backend)"
     run_tool ./target/debug/loadgen --smoke --backend "$backend"
 done

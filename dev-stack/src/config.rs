@@ -89,7 +89,7 @@ pub struct DevConfig {
     /// How long the participants keep their operationHistory. Default: the
     /// saga retention, never less than 24 × the minimum computed from the
     /// orchestrator limits above; below the minimum, `dev` refuses to start.
-    #[arg(long, env = "HISTORY_RETENTION", value_parser = service_kit::retention::parse_duration)]
+    #[arg(long, env = "HISTORY_RETENTION", value_parser = service_kit::limits::parse_duration)]
     pub history_retention: Option<Duration>,
     /// One admin token for all three services (and the seeding calls).
     #[command(flatten)]

@@ -59,12 +59,12 @@ async fn participant_stores(
 }
 
 /// The participants' history retention: `--history-retention`, checked
-/// against the minimum computed from this stack's own orchestrator limits
-/// (one process, so the participants know them exactly).
-fn history_retention(config: &DevConfig) -> Result<HistoryRetention, BoxError> {
-    let limits = config
-        .engine
-        .call_limits(service_kit::retention::DEFAULT_SAGA_STEPS as usize);
+/// against the minimum computed from this stack's own orchestrator
+/// `limits` and saga (one process, so the participants know them exactly).
+fn history_retention(
+    config: &DevConfig,
+    limits: &service_kit::limits::CallLimits,
+) -> Result<HistoryRetention, BoxError> {
     let keep = limits.history_retention(config.history_retention)?;
     Ok(HistoryRetention {
         keep,
@@ -155,7 +155,18 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         participant_kit::retention::describe();
         orchestrator::retention::describe();
     }
-    let history = history_retention(&config)?;
+    let listeners = Listeners::bind(&config).await?;
+    let addrs = listeners.addresses()?;
+    let options = serve_options(&config)?;
+    let (payment_channel, inventory_channel) = channels(&config, &addrs)?;
+    let definition = OrderParticipants::with_caller(
+        payment_channel.clone(),
+        inventory_channel.clone(),
+        config.engine.caller(options.service.clone()),
+    )
+    .definition()?;
+    let limits = config.engine.call_limits(definition.steps().len());
+    let history = history_retention(&config, &limits)?;
     let (payment_store, inventory_store) = participant_stores(&config, history, &shutdown).await?;
     let retention = config.retention.settings();
     let saga_store = orchestrator::open_saga_store(
@@ -166,9 +177,6 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         &shutdown,
     )
     .await?;
-    let listeners = Listeners::bind(&config).await?;
-    let addrs = listeners.addresses()?;
-    let options = serve_options(&config)?;
     let kit = || -> Result<Kit, BoxError> {
         Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()).with_history(history))
     };
@@ -188,10 +196,9 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         shutdown.clone(),
     ));
 
-    let definition = seeded_order_saga(&config, &addrs, &options).await?;
+    crate::seed::seed(payment_channel, inventory_channel, &options.admin).await?;
     let mut settings = config.engine.settings(config.orchestrator_listen)?;
     settings.retention = retention;
-    let limits = config.engine.call_limits(definition.steps().len());
     settings.retention.set_windows(&limits, history.keep);
     settings.console = config.console.settings();
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
@@ -211,28 +218,6 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     stopped("payment-svc", payment).await;
     stopped("inventory-svc", inventory).await;
     Ok(result?)
-}
-
-/// Seeds the demo accounts and products, then returns the order saga over
-/// channels to the two participants served by this process.
-async fn seeded_order_saga(
-    config: &DevConfig,
-    addrs: &Addresses,
-    options: &server::ServeOptions,
-) -> Result<orchestrator::step::SagaDefinition, BoxError> {
-    let (payment_channel, inventory_channel) = channels(config, addrs)?;
-    crate::seed::seed(
-        payment_channel.clone(),
-        inventory_channel.clone(),
-        &options.admin,
-    )
-    .await?;
-    Ok(OrderParticipants::with_caller(
-        payment_channel,
-        inventory_channel,
-        config.engine.caller(options.service.clone()),
-    )
-    .definition()?)
 }
 
 /// Waits for a participant's server task and logs how it ended.

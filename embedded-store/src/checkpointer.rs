@@ -44,16 +44,16 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(25);
 /// at this threshold does it, copying the little the checkpointer has not
 /// and syncing the WAL and the database file before the next commit. Those
 /// two syncs stall every write of the database for 10–45 ms on the test
-/// machine, whatever the threshold — at 16,000 pages that was every ~0.7 s
-/// at concurrency 64 in the orchestrator, and the slowest sagas were the
-/// ones caught behind it. At 64,000 the stall comes four times less often:
-/// in 30 s runs at concurrency 64, p99 −20% and +8% sagas/s (BENCHMARKS.md,
-/// session 11). The syncs are the disk's: when the file system stalls, all
-/// three services' checkpoints slow down at the same instant (50–270 ms,
-/// session 12), and a writer checkpoint caught in such a moment is the
-/// likely cause of the rare 200 ms saga (BENCHMARKS.md, session 12). At low
-/// load the checkpointer copies everything between commits and the WAL
-/// restarts long before this, without a stall.
+/// machine, whatever the threshold; at 16,000 pages that is every ~0.7 s
+/// at concurrency 64 in the orchestrator, and the slowest sagas are the
+/// ones caught behind it. At 64,000 the stall comes four times less often
+/// (in 30 s runs at concurrency 64: p99 −20%, +8% sagas/s;
+/// docs/benchmarks-history.md). The syncs are the disk's: when the file
+/// system stalls, all three services' checkpoints slow down at the same
+/// instant (50–270 ms), and a writer checkpoint caught in such a moment is
+/// the likely cause of the rare 200 ms saga. At low load the checkpointer
+/// copies everything between commits and the WAL restarts long before
+/// this, without a stall.
 pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 64_000;
 
 /// How long the load must have stayed low before a WAL file larger than

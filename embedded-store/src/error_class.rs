@@ -1,4 +1,7 @@
-//! Which SQLite failures pass by themselves and which need a person.
+//! Which storage failures pass by themselves and which need a person: the
+//! one vocabulary of both storage crates ([`ErrorClass`], which
+//! `mongo-client` re-exports for MongoDB), and its SQLite table
+//! ([`classify`]).
 //!
 //! A store error decides what its caller does next: a busy database, a full
 //! disk or an I/O error can be waited out (the orchestrator waits before
@@ -9,22 +12,28 @@
 
 use rusqlite::ErrorCode;
 
-/// What kind of failure a SQLite error is.
+/// What a storage failure means for its caller, the same for every
+/// backend: wait it out, or stop and show it to a person — and then
+/// whether the stored data or the operation is at fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
-    /// It may pass: busy or locked, out of memory or disk, an I/O error,
-    /// a writer thread gone at shutdown. Retry later.
+    /// It may pass: retry later. SQLite: busy or locked, out of memory or
+    /// disk, an I/O error, a writer thread gone at shutdown. MongoDB: an
+    /// unreachable server, an election, a write conflict, anything the
+    /// driver labels retryable.
     Transient,
-    /// The file or a stored value cannot be read as written: the database
-    /// is corrupt or not a database, or a column holds a value of another
-    /// type.
+    /// Stored data cannot be read as written. SQLite: the database is
+    /// corrupt or not a database, or a column holds a value of another
+    /// type. MongoDB: a field holds another type than the code writes.
     Corrupt,
-    /// The statement is refused and will be refused again: a constraint the
-    /// caller did not expect, a value too big, a read-only file.
+    /// The operation is refused and will be refused again. SQLite: a
+    /// constraint the caller did not expect, a value too big, a read-only
+    /// file. MongoDB: a document too large, a failed validation, a type
+    /// mismatch, refused credentials, a bad command.
     Rejected,
 }
 
-/// The class of `error` (see [`ErrorClass`]).
+/// The class of a SQLite `error` (see [`ErrorClass`]).
 pub fn classify(error: &rusqlite::Error) -> ErrorClass {
     match error {
         rusqlite::Error::SqliteFailure(failure, _) => match failure.code {

@@ -179,8 +179,8 @@ pub fn index(name: &str, keys: Document, unique: bool) -> IndexModel {
 }
 
 /// Creates `indexes` on `collection` (idempotent) and drops the indexes
-/// named in `replaced` if they exist: indexes an older version created that
-/// these replace. (An index cannot be re-created under its old name with
+/// named in `replaced` if they exist: indexes of an earlier schema version
+/// that these supersede. (An index cannot be re-created under its name with
 /// other keys, and a superseded one would only cost writes.)
 pub async fn ensure_indexes(
     collection: &Collection<Document>,

@@ -3,14 +3,25 @@
 //! - A duplicate-key error (11000) means "already recorded" only when it
 //!   comes from the unique index the caller expected ([`DuplicateKey`]); any
 //!   other 11000 is a real error and is reported, never swallowed.
-//! - [`classify`]: network errors, server selection timeouts, elections and
-//!   errors labelled `TransientTransactionError` / retryable are worth
-//!   waiting out; a document too large, a failed validation, a type
-//!   mismatch or refused credentials never get better by retrying and must
-//!   reach a person.
+//! - [`classify`]: a driver error in the storage crates' one vocabulary,
+//!   [`ErrorClass`]. Network errors, server selection timeouts, elections
+//!   and errors labelled `TransientTransactionError` / retryable are worth
+//!   waiting out (`Transient`); a field of another type than the code
+//!   writes is `Corrupt`; a document too large, a failed validation, a
+//!   type mismatch or refused credentials never get better by retrying and
+//!   must reach a person (`Rejected`).
+//!
+//! [`ErrorClass`] is embedded-store's, so that a class means the same on
+//! both backends and each service maps it to its own errors once. Every
+//! crate that uses this one also uses embedded-store (each store has both
+//! backends), so the dependency costs no build; nothing of SQLite appears
+//! in this crate's API.
 
+use crate::fields::NotAnInteger;
 use bson::Document;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
+
+pub use embedded_store::ErrorClass;
 
 /// Which unique index a duplicate-key error came from, as far as the server
 /// said.
@@ -60,17 +71,6 @@ pub fn duplicate_key(error: &Error) -> Option<DuplicateKey> {
     Some(DuplicateKey { index, key_pattern })
 }
 
-/// Whether an operation that failed with an error may succeed later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The server was unreachable, a transaction conflicted, a primary
-    /// stepped down, or the driver labels it retryable: wait and retry.
-    Transient,
-    /// The same operation will fail the same way (document too large,
-    /// validation, type, authentication, a bad command): stop and report.
-    Permanent,
-}
-
 /// Server error codes that a retry can outlive, by name:
 /// - network and hosts: HostUnreachable 6, HostNotFound 7, NetworkTimeout 89,
 ///   SocketException 9001;
@@ -89,7 +89,10 @@ const TRANSIENT_CODES: &[i32] = &[
     13435, 13436,
 ];
 
-/// How `error` should be treated ([`ErrorClass`]).
+/// The class of a driver `error` ([`ErrorClass`]): `Transient` when a
+/// retry can outlive it (labelled retryable, a network failure, or a
+/// server code listed in `TRANSIENT_CODES`), `Corrupt` for a stored field of another type
+/// ([`NotAnInteger`], carried as a custom error), `Rejected` for the rest.
 pub fn classify(error: &Error) -> ErrorClass {
     let labelled = error.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR)
         || error.contains_label(mongodb::error::UNKNOWN_TRANSACTION_COMMIT_RESULT)
@@ -109,8 +112,10 @@ pub fn classify(error: &Error) -> ErrorClass {
     };
     if transient {
         ErrorClass::Transient
+    } else if error.get_custom::<NotAnInteger>().is_some() {
+        ErrorClass::Corrupt
     } else {
-        ErrorClass::Permanent
+        ErrorClass::Rejected
     }
 }
 
@@ -147,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn transient_and_permanent_errors_are_told_apart() {
+    fn transient_rejected_and_corrupt_errors_are_told_apart() {
         let server = |code: i32, name: &str| -> Error {
             let reply = doc! { "ok": 0, "code": code, "codeName": name, "errmsg": name };
             Error::from(ErrorKind::Command(
@@ -168,11 +173,11 @@ mod tests {
                 ErrorClass::Transient,
             ),
             (43, "CursorNotFound", ErrorClass::Transient),
-            (10334, "BSONObjectTooLarge", ErrorClass::Permanent),
-            (121, "DocumentValidationFailure", ErrorClass::Permanent),
-            (14, "TypeMismatch", ErrorClass::Permanent),
-            (18, "AuthenticationFailed", ErrorClass::Permanent),
-            (20, "IllegalOperation", ErrorClass::Permanent),
+            (10334, "BSONObjectTooLarge", ErrorClass::Rejected),
+            (121, "DocumentValidationFailure", ErrorClass::Rejected),
+            (14, "TypeMismatch", ErrorClass::Rejected),
+            (18, "AuthenticationFailed", ErrorClass::Rejected),
+            (20, "IllegalOperation", ErrorClass::Rejected),
         ] {
             assert_eq!(classify(&server(code, name)), class, "{name}");
         }
@@ -190,6 +195,13 @@ mod tests {
         assert_eq!(classify(&wtimeout), ErrorClass::Transient);
         let io = Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(classify(&io), ErrorClass::Transient);
-        assert_eq!(classify(&Error::custom("a refusal")), ErrorClass::Permanent);
+        assert_eq!(classify(&Error::custom("a refusal")), ErrorClass::Rejected);
+        let wrong_type = Error::custom(NotAnInteger {
+            collection: "accounts".into(),
+            id: "alice".into(),
+            field: "balance_cents".into(),
+            found: "string".into(),
+        });
+        assert_eq!(classify(&wrong_type), ErrorClass::Corrupt);
     }
 }

@@ -4,8 +4,9 @@
 //! definitions, and telling errors apart.
 //!
 //! - [`connect`](mod@connect): [`connect()`] and what it guarantees.
-//! - [`errors`]: duplicate keys attributed to their index; which driver
-//!   errors are worth retrying ([`classify`]).
+//! - [`errors`]: duplicate keys attributed to their index; the class of a
+//!   driver error ([`classify`]) in the storage crates' one vocabulary,
+//!   [`ErrorClass`].
 //! - [`fields`]: reading integer fields strictly ([`integer`]): money and
 //!   stock are never read from, or written over, a field of another type.
 //! - [`monitor`]: every command counted (`mongodb_commands_total`), query

@@ -12,7 +12,6 @@ use crate::store::{Created, Cursor, Page, SagaFilter, SagaStore, StatusCounts, S
 use futures::Stream;
 use service_kit::fingerprint::Fingerprint;
 use service_kit::shutdown::Shutdown;
-use service_kit::time::now_ms;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -202,7 +201,7 @@ impl Orchestrator {
             order.request_id,
             fingerprint,
             domain,
-            now_ms(),
+            self.executor.clock().now_ms(),
         );
         saga.version = 1;
         saga.lease = Some(self.executor.new_lease());
@@ -465,7 +464,7 @@ impl Orchestrator {
         if saga.status == SagaStatus::Failed {
             self.check_retry_window(&saga)?;
         }
-        if !engine::resume(&mut saga, now_ms()) {
+        if !engine::resume(&mut saga, self.executor.clock().now_ms()) {
             return Err(AppError::NotRetryable(format!(
                 "saga {saga_id} is {}; only FAILED sagas can be retried",
                 saga.status.as_str()
@@ -496,12 +495,17 @@ impl Orchestrator {
         let Some(window) = self.retry_window else {
             return Ok(());
         };
-        let age_ms = now_ms().saturating_sub(saga.created_at_ms).max(0);
+        let age_ms = self
+            .executor
+            .clock()
+            .now_ms()
+            .saturating_sub(saga.created_at_ms)
+            .max(0);
         let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
         if age <= window {
             return Ok(());
         }
-        use service_kit::retention::format_duration;
+        use service_kit::limits::format_duration;
         Err(AppError::NotRetryable(format!(
             "saga {} was created {} ago, past the retry window of {} (the participants' \
              history retention less the time a retry's calls may take): their records of its \

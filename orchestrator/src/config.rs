@@ -5,7 +5,7 @@
 //! its own flags.
 
 use embedded_store::Durability;
-use service_kit::retention::{self, CallLimits};
+use service_kit::limits::{self, CallLimits};
 use service_kit::telemetry::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -67,18 +67,18 @@ pub struct MongoConfig {
 #[derive(Debug, Clone, clap::Args)]
 pub struct EngineConfig {
     /// Deadline of one participant call, in milliseconds.
-    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = limits::DEFAULT_CALL_TIMEOUT_MS, value_parser = limits::limit_ms_parser())]
     pub call_timeout_ms: u64,
     /// Attempts of a forward step before its outcome counts as unknown and
     /// the saga compensates.
-    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS, value_parser = retention::attempts_parser())]
+    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = limits::DEFAULT_ACTION_ATTEMPTS, value_parser = limits::attempts_parser())]
     pub action_attempts: u32,
     /// Attempts of a compensation before the saga is marked FAILED.
-    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = retention::attempts_parser())]
+    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = limits::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = limits::attempts_parser())]
     pub compensation_attempts: u32,
     /// A forward step still failing transiently this long after it started
     /// is given up and compensated, in milliseconds.
-    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = limits::DEFAULT_STEP_DEADLINE_MS, value_parser = limits::limit_ms_parser())]
     pub step_deadline_ms: u64,
     /// Name of this orchestrator instance in saga leases. Default:
     /// `<hostname>:<gRPC port>`, stable across restarts, so a restarted
@@ -87,17 +87,17 @@ pub struct EngineConfig {
     pub instance_id: Option<String>,
     /// Longest delay between two attempts of a step, before jitter, in
     /// milliseconds (jitter can add as much again).
-    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = limits::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = limits::limit_ms_parser())]
     pub retry_max_delay_ms: u64,
     /// How long a saga lease lasts without renewal, in milliseconds; another
     /// instance takes the saga over after that. Must exceed the longest gap
     /// between two saves of a driven saga: the connect timeout (2 s) plus
     /// the call timeout plus twice the largest retry delay (full jitter).
-    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "LEASE_TTL_MS", default_value_t = limits::DEFAULT_LEASE_TTL_MS, value_parser = limits::limit_ms_parser())]
     pub lease_ttl_ms: u64,
     /// How often the recovery sweep looks for sagas to resume, in
     /// milliseconds.
-    #[arg(long, env = "SWEEP_INTERVAL_MS", default_value_t = 1_000, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "SWEEP_INTERVAL_MS", default_value_t = 1_000, value_parser = limits::limit_ms_parser())]
     pub sweep_interval_ms: u64,
     /// Cap on sagas driven at once by this instance; beyond it CreateOrder
     /// answers RESOURCE_EXHAUSTED instead of queueing without bound.
@@ -105,7 +105,7 @@ pub struct EngineConfig {
     pub max_in_flight: usize,
     /// After SIGTERM/SIGINT, how long in-flight steps get to finish and
     /// persist before the process exits, in milliseconds.
-    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = limits::limit_ms_parser())]
     pub shutdown_grace_ms: u64,
     /// Save the saga after every step, also between a first-attempt
     /// success and the next action (by default that save is left out: the
@@ -117,7 +117,7 @@ pub struct EngineConfig {
     pub save_every_step: bool,
     /// Longest CreateOrder with `wait` is held when the client sets no
     /// deadline, in milliseconds.
-    #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "MAX_WAIT_MS", default_value_t = 30_000, value_parser = limits::limit_ms_parser())]
     pub max_wait_ms: u64,
     /// process: survives kill -9; power-loss: fsync on every (group) commit.
     #[arg(long, env = "DURABILITY", value_enum, default_value_t = Durability::Process)]
@@ -218,6 +218,7 @@ impl EngineConfig {
             save_every_step: self.save_every_step,
             retention: crate::retention::RetentionSettings::default(),
             console: crate::console::ConsoleSettings::default(),
+            clock: service_kit::clock::system(),
         })
     }
 }
@@ -231,7 +232,7 @@ pub struct RetentionConfig {
     /// unfinished sagas are never deleted. This is also CreateOrder's
     /// idempotency window: a request id reused after its saga was deleted
     /// starts a new saga.
-    #[arg(long, env = "SAGA_RETENTION", default_value = "7d", value_parser = retention::parse_retention)]
+    #[arg(long, env = "SAGA_RETENTION", default_value = "7d", value_parser = limits::parse_retention)]
     // Spelled out so clap takes the parser's `Option` (off) as the value
     // rather than making the flag optional.
     pub saga_retention: std::option::Option<Duration>,
@@ -241,7 +242,7 @@ pub struct RetentionConfig {
     pub archive_dir: Option<PathBuf>,
     /// How often the embedded store is purged of expired sagas (and the
     /// store gauges are refreshed).
-    #[arg(long, env = "PURGE_INTERVAL", default_value = "10s", value_parser = retention::parse_duration)]
+    #[arg(long, env = "PURGE_INTERVAL", default_value = "10s", value_parser = limits::parse_duration)]
     pub purge_interval: Duration,
 }
 
@@ -331,7 +332,7 @@ pub struct ServeConfig {
     /// all three). RetrySaga refuses a FAILED saga created longer ago than
     /// this less the time a retry's calls may take. Default: the
     /// participants' default for this instance's limits.
-    #[arg(long, env = "HISTORY_RETENTION", value_parser = retention::parse_duration)]
+    #[arg(long, env = "HISTORY_RETENTION", value_parser = limits::parse_duration)]
     pub history_retention: Option<Duration>,
     #[command(flatten)]
     /// The Prometheus endpoint.
@@ -464,8 +465,8 @@ mod tests {
         assert!(
             Cli::try_parse_from(["orchestrator", "--compensation-attempts", "4294967295"]).is_err()
         );
-        let week = retention::MAX_LIMIT_MS.to_string();
-        let attempts = retention::MAX_ATTEMPTS.to_string();
+        let week = limits::MAX_LIMIT_MS.to_string();
+        let attempts = limits::MAX_ATTEMPTS.to_string();
         let mut flags = vec![];
         for flag in [
             "--call-timeout-ms",
@@ -483,27 +484,38 @@ mod tests {
         let e = engine(&flags);
         let limits = e.call_limits(2);
         let minimum = limits.minimum_history_retention();
-        assert!(minimum > Duration::from_millis(retention::MAX_LIMIT_MS));
+        assert!(minimum > Duration::from_millis(limits::MAX_LIMIT_MS));
         assert!(limits.default_history_retention() >= minimum);
         assert!(e.longest_gap_between_saves() > e.max_wait());
         let _ = e.settings(listen());
         let _ = crate::retention::retry_window(&limits, minimum);
     }
 
-    /// The participants compute their minimum history retention from
-    /// `CallLimits::default()`: it must be what the orchestrator does with
-    /// zero flags, backoff included.
-    #[test]
-    fn the_shared_call_limits_are_the_orchestrators_defaults() {
+    /// The participants compute their minimum history retention from the
+    /// orchestrator's default limits for `--saga-steps`, which defaults to
+    /// the order saga's step count: both must be what the orchestrator
+    /// does with zero flags and its own definition, backoff included.
+    #[tokio::test]
+    async fn the_shared_call_limits_are_the_orchestrators_defaults() {
         let cli = Cli::try_parse_from(["orchestrator"]).unwrap();
-        let limits = cli
-            .serve
-            .engine
-            .call_limits(retention::DEFAULT_SAGA_STEPS as usize);
-        assert_eq!(limits, CallLimits::default());
+        let nowhere = || crate::participant_channel("http://127.0.0.1:1").expect("channel");
+        let definition =
+            crate::order_saga::OrderParticipants::new(nowhere(), nowhere(), Duration::from_secs(1))
+                .definition()
+                .expect("the order saga");
+        assert_eq!(
+            definition.steps().len(),
+            limits::ORDER_SAGA_STEPS as usize,
+            "ORDER_SAGA_STEPS must count the order saga's steps"
+        );
+        let defaults = CallLimits::orchestrator_defaults(limits::ORDER_SAGA_STEPS);
+        assert_eq!(
+            cli.serve.engine.call_limits(definition.steps().len()),
+            defaults
+        );
         assert_eq!(
             crate::executor::RetryPolicy::default().max_delay,
-            CallLimits::default().retry_max_delay
+            defaults.retry_max_delay
         );
         let settings = cli.serve.retention.settings();
         assert_eq!(settings, crate::retention::RetentionSettings::default());

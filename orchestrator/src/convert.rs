@@ -163,8 +163,8 @@ fn transition(t: Transition) -> pb::Transition {
     pb::Transition {
         at: Some(timestamp(t.at_ms)),
         step: t.step.unwrap_or_default(),
-        from: t.from,
-        to: t.to,
+        from: t.from.as_str().to_owned(),
+        to: t.to.as_str().to_owned(),
         detail: t.detail,
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! It knows nothing about gRPC or storage. Given a persisted [`Saga`] it says
 //! what to do next ([`next`]); given the outcome of that work it moves the
-//! saga on ([`record`]), appending to its history. Recovery after a crash is
+//! saga on ([`record_outcome`]), appending to its history. Recovery after a crash is
 //! therefore just "load the saga, ask [`next`]".
 //!
 //! Rules:
@@ -12,7 +12,7 @@
 //!   both. That write may be left out when nothing a crash needs is lost
 //!   ([`may_skip_save`]): the store is then one step behind, and a claim
 //!   marks the step after the stored one as possibly sent
-//!   ([`claim`]), so a recovered saga compensates it if it compensates.
+//!   ([`record_claim`]), so a recovered saga compensates it if it compensates.
 //! - A refused step applied nothing: it is not compensated; every earlier
 //!   succeeded step is, in reverse order. A step whose outcome stayed unknown
 //!   (retry budget exhausted) *is* compensated too — the participant's
@@ -25,7 +25,7 @@
 
 use crate::saga::{
     HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition,
-    bounded_text,
+    TransitionState, bounded_text,
 };
 
 /// What the engine knows of a step: its name and the names of the
@@ -72,6 +72,27 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether this is an outcome of `work`: an action's outcomes for
+    /// [`Next::Act`], a compensation's for [`Next::Compensate`].
+    pub fn fits(&self, work: Next) -> bool {
+        match work {
+            Next::Act(_) => matches!(
+                self,
+                Outcome::Succeeded
+                    | Outcome::Refused(_)
+                    | Outcome::Retrying(_)
+                    | Outcome::GaveUp(_)
+            ),
+            Next::Compensate(_) => matches!(
+                self,
+                Outcome::Compensated
+                    | Outcome::CompensationRetrying(_)
+                    | Outcome::CompensationGaveUp(_)
+            ),
+            Next::Done => false,
+        }
+    }
+
     /// A short label (metrics, logs).
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -132,8 +153,8 @@ pub fn start(
     saga.history.push(Transition {
         at_ms: now_ms,
         step: None,
-        from: String::new(),
-        to: SagaStatus::Running.as_str().to_owned(),
+        from: TransitionState::New,
+        to: SagaStatus::Running.into(),
         detail: "saga created".to_owned(),
         version: None,
         by: None,
@@ -165,18 +186,52 @@ fn next_compensation(saga: &Saga) -> Option<usize> {
     })
 }
 
-/// Applies the outcome of the work [`next`] returned. Outcomes that do not
-/// fit the current state (a stale caller) are ignored, which keeps the
-/// machine total.
-pub fn record(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
-    if next(saga) != work {
-        return;
+/// An outcome that does not fit the saga: a bug in whoever drives it,
+/// refused loudly instead of applied to a state it was not meant for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "saga {saga_id}: outcome {outcome} for {work:?} does not fit its state \
+     (status {status}, the engine expects {expected:?}); nothing was recorded"
+)]
+pub struct Misfit {
+    /// The saga the outcome was for.
+    pub saga_id: String,
+    /// The work the caller says it did.
+    pub work: Next,
+    /// The outcome it reported.
+    pub outcome: &'static str,
+    /// What [`next`] says is due.
+    pub expected: Next,
+    /// The saga's status.
+    pub status: SagaStatus,
+}
+
+/// Applies the outcome of the work [`next`] returned. An outcome for other
+/// work than [`next`]'s (a stale caller), or of the wrong kind (a
+/// compensation's outcome for an action), changes nothing and is an error
+/// naming the saga.
+pub fn record_outcome(
+    saga: &mut Saga,
+    work: Next,
+    outcome: Outcome,
+    now_ms: i64,
+) -> Result<(), Misfit> {
+    let expected = next(saga);
+    if expected != work || !outcome.fits(work) {
+        return Err(Misfit {
+            saga_id: saga.saga_id.clone(),
+            work,
+            outcome: outcome.as_str(),
+            expected,
+            status: saga.status,
+        });
     }
     let transitions = saga.history.len();
     apply(saga, work, outcome, now_ms);
     if saga.history.len() != transitions {
         saga.updated_at_ms = now_ms;
     }
+    Ok(())
 }
 
 fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
@@ -200,8 +255,8 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
             push(
                 saga,
                 Some(i),
-                "running",
-                "running",
+                StepStatus::Running,
+                StepStatus::Running,
                 format!("attempt failed, retrying: {error}"),
                 now_ms,
             );
@@ -239,8 +294,8 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
             push(
                 saga,
                 Some(i),
-                "compensating",
-                "compensating",
+                StepStatus::Compensating,
+                StepStatus::Compensating,
                 format!("attempt failed, retrying: {error}"),
                 now_ms,
             );
@@ -252,8 +307,7 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
             saga.reason = Some(bounded_text(detail.clone()));
             set_status(saga, SagaStatus::Failed, &detail, now_ms);
         }
-        // An outcome that does not belong to the work (e.g. Compensated for
-        // an action) is a caller bug; ignoring it keeps the state valid.
+        // Refused by `record_outcome` before anything changed.
         _ => {}
     }
 }
@@ -308,7 +362,7 @@ pub fn abandon(saga: &mut Saga, detail: &str, now_ms: i64) -> bool {
 /// previous owner's lease expired (a takeover), after it was released at
 /// shutdown, or its own lease after a restart. The history says which, so
 /// a person can see who drove a saga and when ownership moved.
-pub fn claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
+pub fn record_claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
     let detail = match &saga.lease {
         Some(old) if old.owner == lease.owner => {
             format!(
@@ -322,7 +376,7 @@ pub fn claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
         ),
         None => format!("claimed by {} (no lease held)", lease.owner),
     };
-    let status = saga.status.as_str();
+    let status = saga.status;
     push(saga, None, status, status, detail, now_ms);
     saga.lease = Some(lease);
     inherit_unsaved_intent(saga, now_ms);
@@ -357,8 +411,8 @@ fn inherit_unsaved_intent(saga: &mut Saga, now_ms: i64) {
     push(
         saga,
         Some(next),
-        "pending",
-        "running",
+        StepStatus::Pending,
+        StepStatus::Running,
         "may have been sent by the previous owner after its last save".to_owned(),
         now_ms,
     );
@@ -394,8 +448,8 @@ pub fn may_skip_save(saga: &Saga, work: Next, stored_this_step: bool) -> bool {
 /// Records that `owner` gives the saga's lease up at shutdown, so another
 /// instance can continue it at once (the history says who stopped driving
 /// it, and the release is a save of its own, so its version has an entry).
-pub fn release(saga: &mut Saga, owner: &str, now_ms: i64) {
-    let status = saga.status.as_str();
+pub fn record_release(saga: &mut Saga, owner: &str, now_ms: i64) {
+    let status = saga.status;
     push(
         saga,
         None,
@@ -414,11 +468,13 @@ pub fn release(saga: &mut Saga, owner: &str, now_ms: i64) {
 /// from the middle of a very long history): no reason rather than a stale
 /// one.
 fn compensation_cause(saga: &Saga) -> Option<String> {
-    let running = SagaStatus::Running.as_str();
-    let compensating = SagaStatus::Compensating.as_str();
     saga.history
         .iter()
-        .find(|t| t.step.is_none() && t.from == running && t.to == compensating)
+        .find(|t| {
+            t.step.is_none()
+                && t.from == TransitionState::Running
+                && t.to == TransitionState::Compensating
+        })
         .map(|t| t.detail.clone())
 }
 
@@ -447,7 +503,7 @@ fn start_compensating(saga: &mut Saga, failed: usize, reason: String, now_ms: i6
 
 fn begin_next_action(saga: &mut Saga, i: usize, now_ms: i64) {
     let step = &mut saga.steps[i];
-    let from = step.status.as_str();
+    let from = step.status;
     step.status = StepStatus::Running;
     step.attempts = 1;
     step.started_at_ms = Some(now_ms);
@@ -455,7 +511,7 @@ fn begin_next_action(saga: &mut Saga, i: usize, now_ms: i64) {
         saga,
         Some(i),
         from,
-        "running",
+        StepStatus::Running,
         "intent recorded".to_owned(),
         now_ms,
     );
@@ -463,14 +519,14 @@ fn begin_next_action(saga: &mut Saga, i: usize, now_ms: i64) {
 
 fn begin_compensation(saga: &mut Saga, i: usize, now_ms: i64) {
     let step = &mut saga.steps[i];
-    let from = step.status.as_str();
+    let from = step.status;
     step.status = StepStatus::Compensating;
     step.compensation_attempts = step.compensation_attempts.max(1);
     push(
         saga,
         Some(i),
         from,
-        "compensating",
+        StepStatus::Compensating,
         "compensation intent recorded".to_owned(),
         now_ms,
     );
@@ -478,7 +534,7 @@ fn begin_compensation(saga: &mut Saga, i: usize, now_ms: i64) {
 
 fn finish_step(saga: &mut Saga, i: usize, status: StepStatus, error: Option<&str>, now_ms: i64) {
     let step = &mut saga.steps[i];
-    let from = step.status.as_str();
+    let from = step.status;
     step.status = status;
     step.finished_at_ms = Some(now_ms);
     if let Some(error) = error {
@@ -488,28 +544,35 @@ fn finish_step(saga: &mut Saga, i: usize, status: StepStatus, error: Option<&str
         saga,
         Some(i),
         from,
-        status.as_str(),
+        status,
         error.unwrap_or_default().to_owned(),
         now_ms,
     );
 }
 
 fn set_status(saga: &mut Saga, status: SagaStatus, detail: &str, now_ms: i64) {
-    let from = saga.status.as_str();
+    let from = saga.status;
     saga.status = status;
-    push(saga, None, from, status.as_str(), detail.to_owned(), now_ms);
+    push(saga, None, from, status, detail.to_owned(), now_ms);
 }
 
 /// Appends a transition, keeping the history bounded: past
 /// [`HISTORY_KEPT`] the oldest transition after the first [`HISTORY_HEAD`]
 /// is dropped and counted in `history_omitted`.
-fn push(saga: &mut Saga, step: Option<usize>, from: &str, to: &str, detail: String, now_ms: i64) {
+fn push(
+    saga: &mut Saga,
+    step: Option<usize>,
+    from: impl Into<TransitionState>,
+    to: impl Into<TransitionState>,
+    detail: String,
+    now_ms: i64,
+) {
     let step = step.map(|i| saga.steps[i].name.clone());
     saga.history.push(Transition {
         at_ms: now_ms,
         step,
-        from: from.to_owned(),
-        to: to.to_owned(),
+        from: from.into(),
+        to: to.into(),
         detail: bounded_text(detail),
         version: None,
         by: None,

@@ -27,6 +27,8 @@
 //!   same use cases, on its own HTTP listener.
 //! - [`retention`]: finished sagas expire — the purge of the embedded
 //!   store (MongoDB: a TTL index), the archive written before deleting.
+//! - [`steps_file`]: the saga's steps from configuration (built-in or any
+//!   `participant.v1.SagaStepService`).
 //! - [`config`]: the binary's command line.
 
 #![warn(missing_docs)]
@@ -43,6 +45,7 @@ pub mod order_saga;
 pub mod retention;
 pub mod saga;
 pub mod step;
+pub mod steps_file;
 pub mod store;
 
 use executor::{Executor, LeasePolicy, RetryPolicy};
@@ -74,6 +77,9 @@ pub struct Settings {
     pub retention: retention::RetentionSettings,
     /// The hosts the console answers to and its cap on live streams.
     pub console: console::ConsoleSettings,
+    /// Where time comes from: leases, deadlines, windows and every sleep of
+    /// the executor (the system clock; a manual one in tests).
+    pub clock: service_kit::clock::SharedClock,
 }
 
 impl Default for Settings {
@@ -87,6 +93,7 @@ impl Default for Settings {
             save_every_step: false,
             retention: retention::RetentionSettings::default(),
             console: console::ConsoleSettings::default(),
+            clock: service_kit::clock::system(),
         }
     }
 }
@@ -141,19 +148,13 @@ pub async fn serve_with_console(
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let hub = Arc::new(hub::SagaHub::new());
-    let executor = Arc::new(
-        Executor::new(
-            store.clone(),
-            definition,
-            settings.retry.clone(),
-            settings.lease.clone(),
-            hub.clone(),
-            shutdown.clone(),
-            settings.max_in_flight,
-        )
-        .saving_every_step(settings.save_every_step)
-        .with_send_window(settings.retention.send_window),
-    );
+    let executor = Arc::new(Executor::new(
+        store.clone(),
+        definition,
+        hub.clone(),
+        shutdown.clone(),
+        &settings,
+    ));
     let sweeper = tokio::spawn(executor.clone().run_sweeper());
     let purge = spawn_purge(store.clone(), &settings, shutdown.clone());
     let app = Arc::new(
@@ -193,10 +194,11 @@ fn spawn_purge(
         .as_deref()
         .map(retention::Archive::new);
     let purger = retention::SagaPurger::new(store, archive);
-    tokio::spawn(service_kit::retention::run_purge_loop(
+    tokio::spawn(service_kit::purge::run_purge_loop(
         Arc::new(purger),
         "orchestrator",
         settings.retention.purge_interval,
+        settings.clock.clone(),
         shutdown,
     ))
 }
@@ -289,8 +291,7 @@ pub async fn open_saga_store(
 /// itself starts (a lazily connecting channel connects on first use and
 /// after the participant went away). It comes on top of the call timeout,
 /// so the start-up check of the lease TTL counts it.
-pub const PARTICIPANT_CONNECT_TIMEOUT: Duration =
-    service_kit::retention::PARTICIPANT_CONNECT_TIMEOUT;
+pub const PARTICIPANT_CONNECT_TIMEOUT: Duration = service_kit::limits::PARTICIPANT_CONNECT_TIMEOUT;
 
 /// A lazily connecting channel to a participant
 /// ([`service_kit::channel::GrpcChannel`]): the orchestrator starts even

@@ -92,10 +92,10 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
 /// participants: their `--history-retention` must be at least the minimum
 /// computed from this instance's limits.
 fn log_retention(
-    limits: &service_kit::retention::CallLimits,
+    limits: &service_kit::limits::CallLimits,
     retention: &orchestrator::retention::RetentionSettings,
 ) {
-    use service_kit::retention::format_duration;
+    use service_kit::limits::format_duration;
     tracing::info!(
         saga_retention = retention
             .saga_retention

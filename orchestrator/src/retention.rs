@@ -17,7 +17,7 @@
 
 use crate::saga::Saga;
 use crate::store::SagaStore;
-use service_kit::retention::{BoxFuture, PURGE_BATCH, PurgeBatch, Purger, StoreStats};
+use service_kit::purge::{BoxFuture, PURGE_BATCH, PurgeBatch, Purger, StoreStats};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,12 +49,17 @@ pub struct RetentionSettings {
 }
 
 impl Default for RetentionSettings {
+    /// The default retention, and the windows the orchestrator's default
+    /// limits and the participants' default history retention give for the
+    /// order saga (`serve` and `dev` set the windows of their own limits
+    /// and definition).
     fn default() -> Self {
-        let limits = service_kit::retention::CallLimits::default();
+        use service_kit::limits::{CallLimits, ORDER_SAGA_STEPS};
+        let limits = CallLimits::orchestrator_defaults(ORDER_SAGA_STEPS);
         RetentionSettings {
-            saga_retention: Some(service_kit::retention::DEFAULT_SAGA_RETENTION),
+            saga_retention: Some(service_kit::limits::DEFAULT_SAGA_RETENTION),
             archive_dir: None,
-            purge_interval: service_kit::retention::DEFAULT_PURGE_INTERVAL,
+            purge_interval: service_kit::purge::DEFAULT_PURGE_INTERVAL,
             retry_window: Some(retry_window(&limits, limits.default_history_retention())),
             send_window: Some(send_window(&limits, limits.default_history_retention())),
         }
@@ -68,7 +73,7 @@ impl Default for RetentionSettings {
 /// longest span one request id's calls may take (the minimum history
 /// retention), all of which must reach a participant that still holds the
 /// records.
-pub fn retry_window(limits: &service_kit::retention::CallLimits, history: Duration) -> Duration {
+pub fn retry_window(limits: &service_kit::limits::CallLimits, history: Duration) -> Duration {
     history.saturating_sub(limits.minimum_history_retention())
 }
 
@@ -82,14 +87,14 @@ pub fn retry_window(limits: &service_kit::retention::CallLimits, history: Durati
 /// outage of every orchestrator, or of the store, that long reaches it.
 /// One span longer than [`retry_window`], which leaves a whole span for the
 /// calls a retry starts.
-pub fn send_window(limits: &service_kit::retention::CallLimits, history: Duration) -> Duration {
+pub fn send_window(limits: &service_kit::limits::CallLimits, history: Duration) -> Duration {
     history.saturating_sub(limits.longest_request_span())
 }
 
 impl RetentionSettings {
     /// Sets the retry and send windows the participants' `history`
     /// retention gives under the orchestrator's `limits`.
-    pub fn set_windows(&mut self, limits: &service_kit::retention::CallLimits, history: Duration) {
+    pub fn set_windows(&mut self, limits: &service_kit::limits::CallLimits, history: Duration) {
         self.retry_window = Some(retry_window(limits, history));
         self.send_window = Some(send_window(limits, history));
     }
@@ -236,7 +241,7 @@ impl Purger for SagaPurger {
 
 /// Gives the orchestrator's retention metrics their `# HELP` text.
 pub fn describe() {
-    service_kit::retention::describe();
+    service_kit::purge::describe();
     metrics::describe_counter!(
         "sagas_expired_total",
         "Finished sagas this orchestrator deleted after the retention (embedded store, or archiving on MongoDB; MongoDB's own TTL deletions are in its serverStatus metrics.ttl)."
@@ -258,7 +263,9 @@ mod tests {
     /// retry window at all, and a send window of one span.
     #[test]
     fn the_retry_window_is_the_history_retention_less_a_retrys_span() {
-        let limits = service_kit::retention::CallLimits::default();
+        let limits = service_kit::limits::CallLimits::orchestrator_defaults(
+            service_kit::limits::ORDER_SAGA_STEPS,
+        );
         assert_eq!(
             limits.minimum_history_retention(),
             Duration::from_secs(31 * 60)

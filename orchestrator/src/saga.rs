@@ -152,6 +152,95 @@ pub struct Step {
     pub finished_at_ms: Option<i64>,
 }
 
+/// A state a history entry moves from or to: a saga's status for a
+/// saga-level entry, a step's for a step's entry, or [`TransitionState::New`]
+/// before the saga existed. Stored as the same words as [`SagaStatus`] and
+/// [`StepStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionState {
+    /// Before the saga was created (the first entry's `from`).
+    #[serde(rename = "")]
+    New,
+    /// A step not started.
+    Pending,
+    /// A saga or step running.
+    Running,
+    /// A step applied.
+    Succeeded,
+    /// A step refused.
+    Refused,
+    /// A saga or step compensating.
+    Compensating,
+    /// A step compensated.
+    Compensated,
+    /// A step never started.
+    Skipped,
+    /// A saga completed.
+    Completed,
+    /// A saga cancelled.
+    Cancelled,
+    /// A saga failed.
+    Failed,
+}
+
+impl TransitionState {
+    /// The stored word (empty for [`TransitionState::New`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransitionState::New => "",
+            TransitionState::Pending => "pending",
+            TransitionState::Running => "running",
+            TransitionState::Succeeded => "succeeded",
+            TransitionState::Refused => "refused",
+            TransitionState::Compensating => "compensating",
+            TransitionState::Compensated => "compensated",
+            TransitionState::Skipped => "skipped",
+            TransitionState::Completed => "completed",
+            TransitionState::Cancelled => "cancelled",
+            TransitionState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for TransitionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<SagaStatus> for TransitionState {
+    fn from(status: SagaStatus) -> Self {
+        match status {
+            SagaStatus::Running => TransitionState::Running,
+            SagaStatus::Compensating => TransitionState::Compensating,
+            SagaStatus::Completed => TransitionState::Completed,
+            SagaStatus::Cancelled => TransitionState::Cancelled,
+            SagaStatus::Failed => TransitionState::Failed,
+        }
+    }
+}
+
+impl From<StepStatus> for TransitionState {
+    fn from(status: StepStatus) -> Self {
+        match status {
+            StepStatus::Pending => TransitionState::Pending,
+            StepStatus::Running => TransitionState::Running,
+            StepStatus::Succeeded => TransitionState::Succeeded,
+            StepStatus::Refused => TransitionState::Refused,
+            StepStatus::Compensating => TransitionState::Compensating,
+            StepStatus::Compensated => TransitionState::Compensated,
+            StepStatus::Skipped => TransitionState::Skipped,
+        }
+    }
+}
+
+impl std::fmt::Display for SagaStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One entry of the append-only history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
@@ -160,9 +249,9 @@ pub struct Transition {
     /// None for saga-level transitions.
     pub step: Option<String>,
     /// The state before.
-    pub from: String,
+    pub from: TransitionState,
     /// The state after.
-    pub to: String,
+    pub to: TransitionState,
     /// Why (a reason, an error).
     pub detail: String,
     /// The saga version whose save wrote this entry (see

@@ -115,14 +115,18 @@ async fn run(
         ttl: Duration::from_secs(30),
         sweep_interval: Duration::from_secs(1),
     };
+    let settings = orchestrator::Settings {
+        retry,
+        lease,
+        max_in_flight: 16,
+        ..orchestrator::Settings::default()
+    };
     let executor = Executor::new(
         store.clone(),
         definition.clone(),
-        retry,
-        lease,
         Arc::new(SagaHub::new()),
         Shutdown::new(),
-        16,
+        &settings,
     );
     let order = Order {
         order_id: "order-1".into(),
@@ -248,4 +252,120 @@ async fn a_compensation_that_keeps_failing_leaves_the_saga_failed() {
     );
     assert_eq!(saga.status, SagaStatus::Failed);
     assert!(saga.reason.as_deref().is_some_and(|r| r.contains("undo")));
+}
+
+/// A definition of the first `n` fake steps, all applying, logging to `log`.
+fn applying(n: usize, log: &Arc<Mutex<Vec<String>>>) -> Arc<SagaDefinition> {
+    let steps = NAMES[..n]
+        .iter()
+        .map(|name| {
+            Arc::new(FakeStep {
+                name,
+                action: Answer::Applies,
+                compensation: Answer::Applies,
+                log: log.clone(),
+            }) as Arc<dyn SagaStep>
+        })
+        .collect();
+    Arc::new(SagaDefinition::new(steps).expect("definition"))
+}
+
+/// An executor of `definition` named `owner` on `store`, on `clock`.
+fn executor_of(
+    owner: &str,
+    definition: Arc<SagaDefinition>,
+    store: &Arc<dyn SagaStore>,
+    clock: &Arc<service_kit::clock::ManualClock>,
+) -> Arc<Executor> {
+    let settings = orchestrator::Settings {
+        lease: LeasePolicy {
+            owner: owner.into(),
+            ttl: Duration::from_secs(15),
+            sweep_interval: Duration::from_secs(60),
+        },
+        clock: clock.clone(),
+        ..orchestrator::Settings::default()
+    };
+    Arc::new(Executor::new(
+        store.clone(),
+        definition,
+        Arc::new(SagaHub::new()),
+        Shutdown::new(),
+        &settings,
+    ))
+}
+
+/// The versioning rule: a saga keeps the steps it was created with. An
+/// orchestrator whose steps file lacks one of them neither drives it nor
+/// fails or compensates it: it leaves the stored saga as it is, marked for
+/// a person with the step's name, and one whose steps file has the step
+/// again takes it up and finishes it.
+#[tokio::test]
+async fn a_saga_whose_step_is_no_longer_configured_is_held_for_a_person_then_resumed() {
+    use service_kit::clock::{Clock, ManualClock};
+    let clock = ManualClock::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn SagaStore> = Arc::new(
+        SqliteSagaStore::open(&dir.path().join("sagas.db"), Durability::Process).expect("store"),
+    );
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // Created by a three-step orchestrator that has since gone away.
+    let three = applying(3, &log);
+    let order = Order {
+        order_id: "order-1".into(),
+        customer_id: "c".into(),
+        items: Vec::new(),
+        total_cents: 0,
+    };
+    let mut saga = engine::start(
+        three.names(),
+        "saga-1".into(),
+        "req-1".into(),
+        "fp".into(),
+        order,
+        clock.now_ms(),
+    );
+    saga.version = 1;
+    saga.lease = Some(orchestrator::saga::Lease {
+        owner: "gone".into(),
+        until_ms: clock.now_ms() - 1,
+    });
+    assert_eq!(store.create(&saga).await.expect("create"), Created::New);
+
+    // Restarted with two steps: the saga is held, untouched, and marked.
+    let two = executor_of("two-steps", applying(2, &log), &store, &clock);
+    assert_eq!(two.sweep(false).await.expect("sweep"), 0, "not claimed");
+    let held = store.get("saga-1").await.expect("get").expect("stored");
+    assert_eq!(held.version, 1, "no new version");
+    assert_eq!(held.status, SagaStatus::Running);
+    assert_eq!(held.steps, saga.steps, "steps untouched");
+    let attention = held.attention.clone().expect("marked for a person");
+    assert!(
+        attention.reason.contains("\"gamma\""),
+        "{}",
+        attention.reason
+    );
+    assert!(log.lock().expect("log").is_empty(), "no participant called");
+    // Not looked at again within the lease period.
+    assert_eq!(two.sweep(false).await.expect("sweep"), 0);
+
+    // A configuration with the step again takes it up and finishes it.
+    clock.advance(Duration::from_secs(16));
+    let three = executor_of("three-steps", three, &store, &clock);
+    assert_eq!(three.sweep(false).await.expect("sweep"), 1, "claimed");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let done = loop {
+        let stored = store.get("saga-1").await.expect("get").expect("stored");
+        if stored.status.is_terminal() {
+            break stored;
+        }
+        assert!(std::time::Instant::now() < deadline, "never finished");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(done.status, SagaStatus::Completed);
+    assert_eq!(done.attention, None, "the mark is cleared by the next save");
+    assert_eq!(
+        calls(&log.lock().expect("log")),
+        ["do alpha", "do beta", "do gamma"]
+    );
 }

@@ -6,13 +6,13 @@
 use async_trait::async_trait;
 use embedded_store::Durability;
 use orchestrator::engine::{self, StepNames};
-use orchestrator::executor::{Executor, LeasePolicy, RetryPolicy};
+use orchestrator::executor::{Executor, LeasePolicy};
 use orchestrator::hub::SagaHub;
 use orchestrator::saga::{Lease, Order, Saga, Step};
 use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
 use orchestrator::store::{SagaStore, SqliteSagaStore};
+use service_kit::clock::{Clock, ManualClock};
 use service_kit::shutdown::Shutdown;
-use service_kit::time::now_ms;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,31 +78,34 @@ async fn the_start_up_sweep_resumes_sagas_of_a_previous_run_not_those_of_this_on
     let store: Arc<dyn SagaStore> = Arc::new(
         SqliteSagaStore::open(&dir.path().join("sagas.db"), Durability::Process).expect("store"),
     );
+    let clock = ManualClock::now();
     // Leased by "me" before this process started (a previous run).
     store
-        .create(&leased("before-restart", now_ms() - 1_000))
+        .create(&leased("before-restart", clock.now_ms() - 1_000))
         .await
         .expect("create");
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    let settings = orchestrator::Settings {
+        lease: LeasePolicy {
+            owner: "me".into(),
+            ttl: TTL,
+            sweep_interval: Duration::from_secs(60),
+        },
+        max_in_flight: 16,
+        clock: clock.clone(),
+        ..orchestrator::Settings::default()
+    };
     let executor = Arc::new(Executor::new(
         store.clone(),
         Arc::new(
             SagaDefinition::new(vec![Arc::new(Silent) as Arc<dyn SagaStep>]).expect("definition"),
         ),
-        RetryPolicy::default(),
-        LeasePolicy {
-            owner: "me".into(),
-            ttl: TTL,
-            sweep_interval: Duration::from_secs(60),
-        },
         Arc::new(SagaHub::new()),
         Shutdown::new(),
-        16,
+        &settings,
     ));
     // Leased by this process and stored, its driver not registered yet.
-    tokio::time::sleep(Duration::from_millis(5)).await;
     store
-        .create(&leased("this-run", now_ms()))
+        .create(&leased("this-run", clock.now_ms()))
         .await
         .expect("create");
 

@@ -20,6 +20,9 @@
 //! | action again after it was undone       | [`BarrierError::AlreadyCompensated`]       |
 //! | compensation of a refused action       | nothing to undo                            |
 //!
+//! Each row has a test named after it in `tests/barrier_rules.rs`, run
+//! over the embedded history with a test-only participant.
+//!
 //! **Effect first, record second, in one transaction.** An action applies
 //! its effect and then inserts its record with the outcome ([`record`]). If
 //! the key is already taken, the insert loses: the call returns

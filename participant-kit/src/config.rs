@@ -261,10 +261,7 @@ mod tests {
     fn history_retention_defaults_and_refuses_below_the_minimum() {
         let config = parse(&[]).unwrap();
         let settings = config.retention.settings().unwrap();
-        assert_eq!(
-            settings.keep,
-            service_kit::retention::DEFAULT_SAGA_RETENTION
-        );
+        assert_eq!(settings.keep, service_kit::limits::DEFAULT_SAGA_RETENTION);
         let short = parse(&["--history-retention", "10m"]).unwrap();
         let why = short.retention.settings().unwrap_err();
         assert!(
@@ -284,5 +281,53 @@ mod tests {
             fast.retention.settings().unwrap().keep,
             std::time::Duration::from_secs(600)
         );
+    }
+
+    /// The minimum grows with the steps of the saga: a retention that is
+    /// safe for the two-step order saga is refused for a three-step one
+    /// (465 s per step, twice), and the step count is bounded.
+    #[test]
+    fn more_saga_steps_raise_the_minimum_history_retention() {
+        let two = parse(&["--history-retention", "40m"]).unwrap();
+        assert_eq!(two.retention.limits().steps, 2);
+        assert!(two.retention.settings().is_ok());
+        let three = parse(&["--history-retention", "40m", "--saga-steps", "3"]).unwrap();
+        assert_eq!(
+            three.retention.limits().minimum_history_retention(),
+            std::time::Duration::from_secs(3 * 2 * 465)
+        );
+        let why = three.retention.settings().unwrap_err();
+        assert!(
+            why.starts_with("--history-retention 40m is below the minimum 46m 30s"),
+            "{why}"
+        );
+        assert!(why.contains("3 steps"), "{why}");
+        for bad in ["0", "1001", "-1", "two"] {
+            assert!(parse(&["--saga-steps", bad]).is_err(), "{bad}");
+        }
+    }
+
+    /// The largest values every limit flag accepts compute the minimum and
+    /// the default retention without overflowing.
+    #[test]
+    fn the_largest_accepted_limits_do_not_overflow() {
+        let week = service_kit::limits::MAX_LIMIT_MS.to_string();
+        let attempts = service_kit::limits::MAX_ATTEMPTS.to_string();
+        let steps = service_kit::limits::MAX_SAGA_STEPS.to_string();
+        let mut flags = vec![];
+        for flag in [
+            "--call-timeout-ms",
+            "--step-deadline-ms",
+            "--lease-ttl-ms",
+            "--retry-max-delay-ms",
+        ] {
+            flags.extend([flag, week.as_str()]);
+        }
+        flags.extend(["--action-attempts", attempts.as_str()]);
+        flags.extend(["--compensation-attempts", attempts.as_str()]);
+        flags.extend(["--saga-steps", steps.as_str()]);
+        let config = parse(&flags).unwrap();
+        let keep = config.retention.settings().expect("the default is safe");
+        assert!(keep.keep >= config.retention.limits().minimum_history_retention());
     }
 }

@@ -55,6 +55,7 @@ pub mod record;
 pub mod retention;
 pub mod sqlite;
 pub mod startup;
+pub mod step;
 pub mod wire;
 
 pub use barrier::{

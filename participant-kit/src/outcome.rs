@@ -134,28 +134,32 @@ impl<E: std::fmt::Display> From<BarrierError<E>> for ParticipantError {
     }
 }
 
-/// Stored data that cannot be read as written (a corrupt file, a value of
-/// another type) is INTERNAL, logged at ERROR for a person, like the
-/// barrier's own finding of an impossible record; anything else SQLite
-/// reports is UNAVAILABLE, for the caller to retry.
+/// A SQLite failure through [`ParticipantError::classified`].
 impl From<DbError> for ParticipantError {
     fn from(e: DbError) -> Self {
-        participant_error(e.class(), e.to_string())
+        ParticipantError::classified(e.class(), e.to_string())
     }
 }
 
 impl From<rusqlite::Error> for ParticipantError {
     fn from(e: rusqlite::Error) -> Self {
-        participant_error(embedded_store::classify(&e), e.to_string())
+        ParticipantError::classified(embedded_store::classify(&e), e.to_string())
     }
 }
 
-fn participant_error(class: embedded_store::ErrorClass, message: String) -> ParticipantError {
-    if class == embedded_store::ErrorClass::Corrupt {
-        tracing::error!(error = %message, "stored data needs a person");
-        return ParticipantError::Corrupt(message);
+impl ParticipantError {
+    /// A store failure of `class`, on either backend: stored data that
+    /// cannot be read as written (a corrupt file, a value of another type)
+    /// is INTERNAL, logged at ERROR for a person, like the barrier's own
+    /// finding of an impossible record; anything else is UNAVAILABLE, for
+    /// the caller to retry.
+    pub(crate) fn classified(class: embedded_store::ErrorClass, message: String) -> Self {
+        if class == embedded_store::ErrorClass::Corrupt {
+            tracing::error!(error = %message, "stored data needs a person");
+            return ParticipantError::Corrupt(message);
+        }
+        ParticipantError::Store(message)
     }
-    ParticipantError::Store(message)
 }
 
 impl From<ParticipantError> for Status {

@@ -29,6 +29,7 @@ use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
 use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
 use crate::{CompensationResult, metrics};
+use service_kit::clock::SharedClock;
 use service_kit::metrics::CallTimer;
 use service_kit::server::{ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
@@ -46,6 +47,7 @@ pub struct Kit {
     faults: Arc<Faults>,
     options: ServeOptions,
     history: HistoryRetention,
+    clock: SharedClock,
 }
 
 impl Kit {
@@ -56,7 +58,20 @@ impl Kit {
             faults,
             options,
             history: HistoryRetention::default(),
+            clock: service_kit::clock::system(),
         }
+    }
+
+    /// The kit measuring time by `clock` (the history's expiry, the purge's
+    /// rounds): the system clock unless a test or a simulation moves it.
+    pub fn with_clock(mut self, clock: SharedClock) -> Kit {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the kit measures time by.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
     }
 
     /// The kit keeping the operationHistory as `history` says (the store
@@ -188,10 +203,11 @@ impl Kit {
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> Result<(), ServeError> {
-        let purge = tokio::spawn(service_kit::retention::run_purge_loop(
+        let purge = tokio::spawn(service_kit::purge::run_purge_loop(
             Arc::new(HistoryPurger::new(expiry, self.history.keep)),
             label,
             self.history.purge_interval,
+            self.clock.clone(),
             shutdown.clone(),
         ));
         let served = self

@@ -6,13 +6,17 @@
 //! a compensation must find the action it undoes, an action arriving after
 //! its compensation must find the block. So a record may go only once no
 //! call for its request id can arrive any more. That moment follows from
-//! the orchestrator's limits; [`CallLimits`] computes it (the same function
-//! the orchestrator uses), from the orchestrator's defaults or from this
-//! participant's flags mirroring them (same names and environment
-//! variables: `CALL_TIMEOUT_MS`, `ACTION_ATTEMPTS`, `COMPENSATION_ATTEMPTS`,
-//! `STEP_DEADLINE_MS`, `LEASE_TTL_MS`). `--history-retention` defaults to a
-//! comfortable multiple of the minimum, and a value below it stops
-//! start-up with one line saying why.
+//! the orchestrator's limits and on how many steps the saga has;
+//! [`CallLimits`] computes it (the same function the orchestrator uses)
+//! from this participant's flags mirroring the orchestrator's (same names
+//! and environment variables: `CALL_TIMEOUT_MS`, `ACTION_ATTEMPTS`,
+//! `COMPENSATION_ATTEMPTS`, `STEP_DEADLINE_MS`, `LEASE_TTL_MS`,
+//! `RETRY_MAX_DELAY_MS`; their defaults are the orchestrator's) and from
+//! `--saga-steps` / `SAGA_STEPS`, the steps of the longest saga this
+//! participant takes part in (default: the order saga's). The orchestrator
+//! counts its definition's steps itself and logs the limits it runs with.
+//! `--history-retention` defaults to a comfortable multiple of the minimum,
+//! and a value below it stops start-up with one line saying why.
 //!
 //! Who deletes: on the embedded store the purge loop every
 //! `--purge-interval`, in batches ([`HistoryExpiry::purge_recorded_before`]);
@@ -21,9 +25,8 @@
 
 use crate::outcome::ParticipantError;
 use async_trait::async_trait;
-use service_kit::retention::{
-    self, BoxFuture, CallLimits, PURGE_BATCH, PurgeBatch, Purger, StoreStats,
-};
+use service_kit::limits::{self, CallLimits};
+use service_kit::purge::{self, BoxFuture, PURGE_BATCH, PurgeBatch, Purger, StoreStats};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,11 +40,13 @@ pub struct HistoryRetention {
 }
 
 impl Default for HistoryRetention {
-    /// The default retention for the orchestrator's default limits.
+    /// The default retention for the orchestrator's default limits and the
+    /// order saga's steps (the flags' defaults).
     fn default() -> Self {
         HistoryRetention {
-            keep: CallLimits::default().default_history_retention(),
-            purge_interval: retention::DEFAULT_PURGE_INTERVAL,
+            keep: CallLimits::orchestrator_defaults(limits::ORDER_SAGA_STEPS)
+                .default_history_retention(),
+            purge_interval: purge::DEFAULT_PURGE_INTERVAL,
         }
     }
 }
@@ -116,9 +121,9 @@ impl Purger for HistoryPurger {
 }
 
 /// A participant's retention flags: `--history-retention`,
-/// `--purge-interval`, and the orchestrator limits the minimum is computed
+/// `--purge-interval`, the orchestrator limits the minimum is computed
 /// from (defaults: the orchestrator's; set them where the orchestrator's
-/// are set — the environment variables are the same).
+/// are set — the environment variables are the same) and `--saga-steps`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct HistoryRetentionConfig {
     /// How long operationHistory records (and inventory's order lines) are
@@ -126,33 +131,41 @@ pub struct HistoryRetentionConfig {
     /// never less than 24 × the minimum. Refused below the minimum: twice
     /// the longest time calls for one request id can keep arriving under
     /// the limits below.
-    #[arg(long, env = "HISTORY_RETENTION", value_parser = retention::parse_duration)]
+    #[arg(long, env = "HISTORY_RETENTION", value_parser = limits::parse_duration)]
     pub history_retention: Option<Duration>,
     /// How often the embedded store is purged of expired records.
-    #[arg(long, env = "PURGE_INTERVAL", default_value = "10s", value_parser = retention::parse_duration)]
+    #[arg(long, env = "PURGE_INTERVAL", default_value = "10s", value_parser = limits::parse_duration)]
     pub purge_interval: Duration,
     /// The orchestrator's `--call-timeout-ms` (for the minimum retention).
-    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = retention::DEFAULT_CALL_TIMEOUT_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "CALL_TIMEOUT_MS", default_value_t = limits::DEFAULT_CALL_TIMEOUT_MS, value_parser = limits::limit_ms_parser())]
     pub call_timeout_ms: u64,
     /// The orchestrator's `--action-attempts`.
-    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = retention::DEFAULT_ACTION_ATTEMPTS, value_parser = retention::attempts_parser())]
+    #[arg(long, env = "ACTION_ATTEMPTS", default_value_t = limits::DEFAULT_ACTION_ATTEMPTS, value_parser = limits::attempts_parser())]
     pub action_attempts: u32,
     /// The orchestrator's `--compensation-attempts`.
-    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = retention::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = retention::attempts_parser())]
+    #[arg(long, env = "COMPENSATION_ATTEMPTS", default_value_t = limits::DEFAULT_COMPENSATION_ATTEMPTS, value_parser = limits::attempts_parser())]
     pub compensation_attempts: u32,
     /// The orchestrator's `--step-deadline-ms`.
-    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = retention::DEFAULT_STEP_DEADLINE_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "STEP_DEADLINE_MS", default_value_t = limits::DEFAULT_STEP_DEADLINE_MS, value_parser = limits::limit_ms_parser())]
     pub step_deadline_ms: u64,
     /// The orchestrator's `--lease-ttl-ms`.
-    #[arg(long, env = "LEASE_TTL_MS", default_value_t = retention::DEFAULT_LEASE_TTL_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "LEASE_TTL_MS", default_value_t = limits::DEFAULT_LEASE_TTL_MS, value_parser = limits::limit_ms_parser())]
     pub lease_ttl_ms: u64,
     /// The orchestrator's `--retry-max-delay-ms`.
-    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = retention::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = retention::limit_ms_parser())]
+    #[arg(long, env = "RETRY_MAX_DELAY_MS", default_value_t = limits::DEFAULT_RETRY_MAX_DELAY_MS, value_parser = limits::limit_ms_parser())]
     pub retry_max_delay_ms: u64,
+    /// Set it to the number of steps of the longest saga this participant
+    /// takes part in: a step's compensation waits for every later step, so
+    /// the minimum retention grows with the count. Default: the steps of
+    /// the order saga the orchestrator runs (the orchestrator logs the
+    /// count it runs with, among its limits).
+    #[arg(long, env = "SAGA_STEPS", default_value_t = limits::ORDER_SAGA_STEPS, value_parser = limits::saga_steps_parser())]
+    pub saga_steps: u32,
 }
 
 impl HistoryRetentionConfig {
-    /// The orchestrator limits these flags mirror.
+    /// The orchestrator limits these flags mirror, for sagas of
+    /// `--saga-steps` steps.
     pub fn limits(&self) -> CallLimits {
         CallLimits {
             call_timeout: Duration::from_millis(self.call_timeout_ms),
@@ -161,7 +174,7 @@ impl HistoryRetentionConfig {
             step_deadline: Duration::from_millis(self.step_deadline_ms),
             lease_ttl: Duration::from_millis(self.lease_ttl_ms),
             retry_max_delay: Duration::from_millis(self.retry_max_delay_ms),
-            ..CallLimits::default()
+            steps: self.saga_steps.max(1),
         }
     }
 
@@ -178,7 +191,7 @@ impl HistoryRetentionConfig {
 
 /// Gives the participant retention metrics their `# HELP` text.
 pub fn describe() {
-    retention::describe();
+    purge::describe();
     metrics::describe_counter!(
         "participant_records_expired_total",
         "operationHistory records (table operation_history) and order lines (deduct_lines) deleted after the history retention (embedded store; MongoDB's TTL deletions are in its serverStatus metrics.ttl)."

@@ -6,7 +6,7 @@
 use crate::config::{ParticipantConfig, ParticipantDefaults};
 use crate::pipeline::Kit;
 use embedded_store::Durability;
-use service_kit::retention::CallLimits;
+use service_kit::limits::CallLimits;
 use service_kit::server::ServeError;
 use service_kit::shutdown::Shutdown;
 use std::future::Future;
@@ -87,14 +87,14 @@ async fn check_transaction_lifetime(db: &mongodb::Database, limits: &CallLimits)
     match mongo_client::transaction_lifetime(db).await {
         Some(lifetime) => match limits.check_transaction_lifetime(lifetime) {
             Ok(()) => tracing::info!(
-                lifetime = service_kit::retention::format_duration(lifetime),
+                lifetime = service_kit::limits::format_duration(lifetime),
                 "transaction lifetime shorter than a step's retries"
             ),
             Err(warning) => tracing::warn!("{warning}"),
         },
         None => tracing::info!(
             "the server does not report transactionLifetimeLimitSeconds: keep it below the orchestrator's retries of one step ({})",
-            service_kit::retention::format_duration(limits.least_forward_span())
+            service_kit::limits::format_duration(limits.least_forward_span())
         ),
     }
 }
@@ -136,8 +136,8 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
     }
     options.log_participant_startup(P::NAME);
     tracing::info!(
-        history_retention = service_kit::retention::format_duration(history.keep),
-        minimum = service_kit::retention::format_duration(
+        history_retention = service_kit::limits::format_duration(history.keep),
+        minimum = service_kit::limits::format_duration(
             config.retention.limits().minimum_history_retention()
         ),
         limits = %config.retention.limits(),

@@ -22,7 +22,9 @@ pub mod saga {
 
 /// `participant.v1`: what every participant shares (the effect of a
 /// compensation, one operationHistory entry, and the
-/// `OperationHistoryService` that lists a request id's records).
+/// `OperationHistoryService` that lists a request id's records), and
+/// `SagaStepService`, the contract any service implements to be a saga
+/// step.
 pub mod participant {
     /// Version 1.
     #[allow(missing_docs)] // generated: items carry the .proto's comments where it has them

@@ -2,6 +2,8 @@
 //!
 //! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
 //!   checked by the admin RPCs and attached by their clients.
+//! - [`clock`]: time as a parameter ([`clock::Clock`]): the system clock in
+//!   services, a manual one in tests.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
 //!   participants through: tonic's `Channel`, with the call deadline held
 //!   over the whole reply.
@@ -11,11 +13,13 @@
 //!   client channel.
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
 //!   a true duplicate (same request id, same parameters) from a reused id.
+//! - [`limits`]: the orchestrator's limits ([`limits::CallLimits`]) and
+//!   the minimum safe operationHistory retention they give (one function
+//!   both sides use), their defaults, the bounds and parsers of the limit
+//!   and duration flags.
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
-//! - [`retention`]: how long finished work is kept — the minimum safe
-//!   operationHistory retention from the orchestrator's limits
-//!   ([`retention::CallLimits`], one function both sides use), duration
-//!   flags, and the purge loop of the embedded stores with its metrics.
+//! - [`purge`]: the periodic purge of the embedded stores in small
+//!   batches, and the store gauges it refreshes.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
@@ -33,11 +37,13 @@
 
 pub mod auth;
 pub mod channel;
+pub mod clock;
 pub mod coalesced_writes;
 pub mod deadline;
 pub mod fingerprint;
+pub mod limits;
 pub mod metrics;
-pub mod retention;
+pub mod purge;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

@@ -1,14 +1,11 @@
 //! Wall-clock time as the stores keep it (milliseconds since the Unix
 //! epoch) and as the wire shows it (protobuf timestamps).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
+/// Milliseconds since the Unix epoch by the system clock (0 if the clock
+/// is before it); code that schedules or expires takes a
+/// [`crate::clock::Clock`] instead.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    crate::clock::system_now_ms()
 }
 
 /// Milliseconds since the epoch as a protobuf timestamp.

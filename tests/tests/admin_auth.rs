@@ -7,7 +7,7 @@
 //! configured: `service_auth.rs`); reads need it once it is configured; and
 //! with no token configured everything passes (the dev default).
 
-use participant_kit::faults::{FaultSettings, Faults};
+use participant_kit::faults::FaultSettings;
 use saga_proto::faults::v1 as faults_pb;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
 use saga_proto::inventory::v1 as inventory;
@@ -18,7 +18,6 @@ use saga_tests::{Service, balance, balance_as, channel, stock, stock_as};
 use service_kit::auth::{TokenAuth, UNAUTHENTICATED_MESSAGE};
 use service_kit::server::ServeOptions;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -35,14 +34,10 @@ struct Participant {
 impl Participant {
     async fn start(service: Service, options: ServeOptions) -> Participant {
         let dir = tempfile::tempdir().expect("tempdir");
-        let running = saga_tests::start_participant_with(
-            service,
-            dir.path(),
-            Arc::new(Faults::disabled()),
-            options,
-            None,
-        )
-        .await;
+        let running = saga_tests::ParticipantHarness::new(service, dir.path())
+            .options(options)
+            .start()
+            .await;
         Participant {
             addr: running.addr,
             running,

@@ -46,14 +46,13 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     let settings = saga_tests::instance_settings("only-instance", LEASE_TTL, fast_retry());
     let console = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
     let console_addr = console.local_addr().expect("console addr").to_string();
-    let orchestrator = saga_tests::serve_orchestrator_on(
-        store.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        saga_tests::listener("127.0.0.1:0".parse().unwrap()).await,
-        Some(console),
-    );
+    let orchestrator = stack
+        .orchestrator_harness()
+        .store(store.clone())
+        .settings(settings)
+        .console(console)
+        .start()
+        .await;
     let channel = saga_tests::channel(orchestrator.addr).await;
     let mut sagas = pb::saga_service_client::SagaServiceClient::new(channel.clone());
     assert!(flagged(&mut sagas).await.is_empty());
@@ -127,7 +126,9 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     // The console lists it too (its JSON API, which the Needs attention
     // page reads), with the store's reason; combined with a status filter
     // it is refused naming the parameter.
-    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true").await;
+    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true")
+        .await
+        .expect("GET the console");
     assert_eq!(code, 200, "{body}");
     let listed: serde_json::Value = serde_json::from_str(&body).expect("json");
     let listed = listed["sagas"].as_array().expect("sagas").clone();
@@ -138,7 +139,9 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
         .unwrap_or_default();
     assert!(reason.contains(REFUSAL), "{body}");
     let (code, body) =
-        saga_tests::http::get(&console_addr, "/api/sagas?attention=true&status=RUNNING").await;
+        saga_tests::http::get(&console_addr, "/api/sagas?attention=true&status=RUNNING")
+            .await
+            .expect("GET the console");
     assert_eq!(code, 400, "{body}");
     assert!(body.contains(r#""field":"attention""#), "{body}");
 
@@ -177,7 +180,9 @@ async fn a_saga_the_store_refuses_is_marked_listed_and_resumed_once_the_cause_is
     };
     assert_eq!(done.attention, None);
     assert!(flagged(&mut sagas).await.is_empty());
-    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true").await;
+    let (code, body) = saga_tests::http::get(&console_addr, "/api/sagas?attention=true")
+        .await
+        .expect("GET the console");
     assert_eq!(code, 200, "{body}");
     assert!(
         body.contains(r#""sagas":[]"#),

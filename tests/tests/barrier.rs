@@ -9,7 +9,7 @@ use saga_proto::inventory::v1 as inventory;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
-use saga_tests::{Service, Stack, start_participant};
+use saga_tests::{ParticipantHarness, Service, Stack};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -1076,7 +1076,10 @@ async fn balances_and_recorded_charges_survive_a_payment_restart() {
     let addr = stack.payment.addr;
     let dir = stack.path();
     stack.payment.stop().await;
-    stack.payment = start_participant(Service::Payment, &dir, Some(addr)).await;
+    stack.payment = ParticipantHarness::new(Service::Payment, &dir)
+        .on(addr)
+        .start()
+        .await;
     assert_eq!(stack.payment.addr, addr);
 
     let mut pay = stack.payments().await;
@@ -1105,7 +1108,10 @@ async fn stock_and_recorded_deducts_survive_an_inventory_restart() {
     let addr = stack.inventory.addr;
     let dir = stack.path();
     stack.inventory.stop().await;
-    stack.inventory = start_participant(Service::Inventory, &dir, Some(addr)).await;
+    stack.inventory = ParticipantHarness::new(Service::Inventory, &dir)
+        .on(addr)
+        .start()
+        .await;
 
     let mut inv = stack.inventory().await;
     assert_eq!(stack.stock("apple").await, 6);

@@ -204,14 +204,10 @@ async fn a_batch_over_the_request_limit_is_resource_exhausted_and_applies_nothin
         max_request_bytes: 2_048,
         ..Default::default()
     };
-    let payment = saga_tests::start_participant_with(
-        saga_tests::Service::Payment,
-        dir.path(),
-        std::sync::Arc::new(participant_kit::faults::Faults::disabled()),
-        options,
-        None,
-    )
-    .await;
+    let payment = saga_tests::ParticipantHarness::new(saga_tests::Service::Payment, dir.path())
+        .options(options)
+        .start()
+        .await;
     let mut client = saga_proto::payment::v1::payment_service_client::PaymentServiceClient::new(
         channel(payment.addr).await,
     );

@@ -2,39 +2,84 @@
 //! elsewhere pointing its own name at the console is refused), lets a
 //! configured proxy name retry, caps the sagas followed live at once, and
 //! answers even the requests it cannot read as JSON errors.
-//! Plain HTTP over a socket, so every header is exactly what is sent.
+//!
+//! Plain HTTP written over a socket, not through `saga_tests::http`: a
+//! forged `Host` header (what a DNS-rebinding page sends) is the behaviour
+//! under test, and an HTTP client sets that header itself; so every header
+//! here is exactly what is sent.
 
 use orchestrator::console::ConsoleSettings;
 use orchestrator::console::hosts::AllowedHosts;
-use saga_tests::http::request;
 use saga_tests::{Stack, start_order};
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// `method path` over a fresh connection with exactly `headers` (a `Host`
+/// among them replaces the address): the status code and the body. The
+/// console sends every reply but an event stream with a `Content-Length`,
+/// so the body is all that follows the head.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("Content-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .unwrap_or_else(|_| panic!("{addr} answers {path} within 10 s"))
+        .expect("read the reply");
+    let raw = String::from_utf8(raw).expect("a UTF-8 reply");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "a chunked reply to {path}: {head}"
+    );
+    (status(head), body.to_owned())
+}
+
+/// The status code of a reply's head.
+fn status(head: &str) -> u16 {
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"))
+}
+
 /// A stack whose inventory is down (sagas stay RUNNING, so their event
 /// streams stay open) and whose console allows `console.example.com` and
 /// at most one live stream.
-async fn stack() -> (Stack, saga_tests::Running, std::net::SocketAddr) {
+async fn stack() -> (Stack, saga_tests::Running, SocketAddr) {
     let stack = Stack::with_inventory_down().await;
     let retry = saga_tests::retry_until(Duration::from_secs(600));
-    let grpc = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let console = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
     let console_addr = console.local_addr().expect("addr");
-    let mut settings = saga_tests::test_settings(retry, grpc.local_addr().expect("addr").port());
-    settings.console = ConsoleSettings {
-        allowed_hosts: AllowedHosts::new(["console.example.com"]),
-        max_streams: 1,
-    };
-    let orchestrator = saga_tests::serve_orchestrator_with_console(
-        stack.storage.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        grpc,
-        Some(console),
-    )
-    .await;
+    let orchestrator = stack
+        .orchestrator_harness()
+        .retry(retry)
+        .adjust(|settings| {
+            settings.console = ConsoleSettings {
+                allowed_hosts: AllowedHosts::new(["console.example.com"]),
+                max_streams: 1,
+            }
+        })
+        .console(console)
+        .start()
+        .await;
     (stack, orchestrator, console_addr)
 }
 
@@ -124,7 +169,7 @@ async fn unreadable_requests_are_answered_as_json_errors() {
 /// Opens `GET <path>` and returns the status once the head has arrived,
 /// with the connection still open (an event stream stays open until the
 /// saga ends).
-async fn open(addr: std::net::SocketAddr, path: &str) -> (u16, TcpStream) {
+async fn open(addr: SocketAddr, path: &str) -> (u16, TcpStream) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
@@ -138,13 +183,7 @@ async fn open(addr: std::net::SocketAddr, path: &str) -> (u16, TcpStream) {
         assert_eq!(n, 1, "the connection closed before the head ended");
         head.push(byte[0]);
     }
-    let head = String::from_utf8_lossy(&head);
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status");
-    (code, stream)
+    (status(&String::from_utf8_lossy(&head)), stream)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -108,7 +108,9 @@ async fn dev_prints_working_addresses_and_places_the_three_demo_orders() {
     );
 
     // The console at the printed URL lists them.
-    let (status, body) = saga_tests::http::get(&console_addr, "/api/sagas").await;
+    let (status, body) = saga_tests::http::get(&console_addr, "/api/sagas")
+        .await
+        .expect("GET the console");
     assert_eq!(status, 200, "{body}");
     let listed: serde_json::Value = serde_json::from_str(&body).expect("json");
     let mut request_ids: Vec<&str> = listed["sagas"]

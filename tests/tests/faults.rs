@@ -32,14 +32,10 @@ struct Participant {
 impl Participant {
     async fn start(service: Service, settings: FaultSettings) -> Participant {
         let dir = tempfile::tempdir().expect("tempdir");
-        let running = saga_tests::start_participant_with(
-            service,
-            dir.path(),
-            Arc::new(Faults::new(settings).expect("valid settings")),
-            service_kit::server::ServeOptions::default(),
-            None,
-        )
-        .await;
+        let running = saga_tests::ParticipantHarness::new(service, dir.path())
+            .faults(Arc::new(Faults::new(settings).expect("valid settings")))
+            .start()
+            .await;
         Participant {
             addr: running.addr,
             running,
@@ -521,7 +517,9 @@ async fn both_participants_serve_and_advertise_the_fault_service() {
         (Service::Payment, "payment.v1.PaymentService"),
         (Service::Inventory, "inventory.v1.InventoryService"),
     ] {
-        let running = saga_tests::start_participant(service, dir.path(), None).await;
+        let running = saga_tests::ParticipantHarness::new(service, dir.path())
+            .start()
+            .await;
         let mut expected = vec![
             "faults.v1.FaultService".to_owned(),
             "grpc.health.v1.Health".to_owned(),

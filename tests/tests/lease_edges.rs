@@ -28,16 +28,13 @@ async fn a_create_order_whose_caller_cancels_mid_call_still_starts_its_saga_at_o
         Storage::from(stack.dir.path()).sagas().await,
         Duration::from_millis(1_500),
     ));
-    let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
     let settings = saga_tests::instance_settings("only-instance", LEASE_TTL, fast_retry());
-    let orchestrator = saga_tests::serve_orchestrator_on(
-        store.clone(),
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        listener,
-        None,
-    );
+    let orchestrator = stack
+        .orchestrator_harness()
+        .store(store.clone())
+        .settings(settings)
+        .start()
+        .await;
     let addr = orchestrator.addr;
     let channel = saga_tests::channel(addr).await;
 
@@ -134,12 +131,9 @@ fn lease_settings(owner: &str, ttl: Duration) -> orchestrator::Settings {
 /// The value of an unlabelled counter in the rendered exposition (0 when
 /// it was never incremented).
 fn counter(rendered: &str, name: &str) -> u64 {
-    rendered
-        .lines()
-        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+    let scrape = saga_tests::prometheus::Scrape::parse(rendered.to_owned())
+        .unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+    scrape.value(name, &[]).unwrap_or(0.0) as u64
 }
 
 /// Both kinds of takeover in one test: the metrics recorder is global to

@@ -327,7 +327,7 @@ async fn older_sagas_get_their_claimable_time_and_an_undecodable_one_is_skipped(
     let expired = leased_saga("old-expired", "a", 50);
     let held = leased_saga("old-held", "b", 5_000);
     let mut finished = leased_saga("old-finished", "a", 50);
-    engine::record(&mut finished, Next::Act(0), Outcome::Succeeded, 2);
+    engine::record_outcome(&mut finished, Next::Act(0), Outcome::Succeeded, 2).expect("fits");
     finished.lease = None;
     for saga in [&expired, &held, &finished] {
         store.create(saga).await.expect("create");

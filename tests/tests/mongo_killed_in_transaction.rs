@@ -22,7 +22,7 @@ use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
 use saga_tests::process::{spawn_tied, stop};
 use saga_tests::{
-    Service, Storage, balance, channel, order_request, start_orchestrator, start_participant,
+    OrchestratorHarness, ParticipantHarness, Service, Storage, balance, channel, order_request,
     wait_terminal,
 };
 use std::net::SocketAddr;
@@ -97,7 +97,9 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
         probe.local_addr().expect("addr")
     };
     let mut payment_process = start_payment(payment_addr, &uri, &payment_db);
-    let inventory = start_participant(Service::Inventory, storage.clone(), None).await;
+    let inventory = ParticipantHarness::new(Service::Inventory, storage.clone())
+        .start()
+        .await;
     // Patient enough for a restart and the lifetime: attempts × call
     // timeout (2 s in tests) and the backoff outlast 3 s.
     let policy = RetryPolicy {
@@ -108,7 +110,10 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
         step_deadline: Duration::from_secs(60),
     };
     let orchestrator =
-        start_orchestrator(storage.clone(), payment_addr, inventory.addr, policy, None).await;
+        OrchestratorHarness::order_saga(storage.clone(), payment_addr, inventory.addr)
+            .retry(policy)
+            .start()
+            .await;
 
     PaymentServiceClient::new(channel(payment_addr).await)
         .deposit(payment::DepositRequest {

@@ -21,8 +21,8 @@ use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
 use saga_tests::{
-    Service, Stack, Storage, channel, fast_retry, order_request, start_orchestrator,
-    start_participant, wait_terminal,
+    OrchestratorHarness, ParticipantHarness, Service, Stack, Storage, channel, fast_retry,
+    order_request, wait_terminal,
 };
 use service_kit::shutdown::Shutdown;
 use std::net::SocketAddr;
@@ -259,10 +259,17 @@ async fn saga_through_an_outage(uri_options: &str, refused_during_outage: bool) 
     // MongoDB's downtime.
     let mut patient = fast_retry();
     patient.action_attempts = 1_000;
-    let payment = start_participant(Service::Payment, storage.clone(), None).await;
-    let inventory = start_participant(Service::Inventory, storage.clone(), None).await;
+    let payment = ParticipantHarness::new(Service::Payment, storage.clone())
+        .start()
+        .await;
+    let inventory = ParticipantHarness::new(Service::Inventory, storage.clone())
+        .start()
+        .await;
     let orchestrator =
-        start_orchestrator(storage.clone(), payment.addr, inventory.addr, patient, None).await;
+        OrchestratorHarness::order_saga(storage.clone(), payment.addr, inventory.addr)
+            .retry(patient)
+            .start()
+            .await;
     let stack = Stack {
         dir: tempfile::tempdir().expect("tempdir"),
         storage,
@@ -341,11 +348,11 @@ async fn saga_through_an_outage(uri_options: &str, refused_during_outage: bool) 
     });
     // Payment comes back during the outage, on the same store and port; its
     // start-up waits for MongoDB (it returns once its store answered).
-    let payment_back = tokio::spawn(start_participant(
-        Service::Payment,
-        storage.clone(),
-        Some(payment_addr),
-    ));
+    let payment_back = tokio::spawn(
+        ParticipantHarness::new(Service::Payment, storage.clone())
+            .on(payment_addr)
+            .start(),
+    );
     port.tried(ATTEMPTS_IN_OUTAGE).await;
     if refused_during_outage {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -477,7 +484,9 @@ async fn a_participant_answers_unavailable_during_an_outage_and_recovers() {
         uri: format!("{}&serverSelectionTimeoutMS=400", server.uri()),
         prefix: format!("outage_{}", uuid::Uuid::now_v7().simple()),
     };
-    let payment = start_participant(Service::Payment, storage, None).await;
+    let payment = ParticipantHarness::new(Service::Payment, storage)
+        .start()
+        .await;
     let mut client = PaymentServiceClient::new(channel(payment.addr).await);
     let deposit = |request_id: &str, cents: i64| payment::DepositRequest {
         request_id: request_id.into(),

@@ -8,15 +8,11 @@ use std::time::Duration;
 use tokio_stream::StreamExt;
 
 async fn orchestrator_with(stack: &Stack, settings: orchestrator::Settings) -> saga_tests::Running {
-    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
-    saga_tests::serve_orchestrator(
-        stack.storage.clone(),
-        stack.payment.addr,
-        stack.inventory.addr,
-        settings,
-        listener,
-    )
-    .await
+    stack
+        .orchestrator_harness()
+        .settings(settings)
+        .start()
+        .await
 }
 
 fn patient() -> orchestrator::executor::RetryPolicy {

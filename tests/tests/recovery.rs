@@ -266,11 +266,11 @@ async fn orchestrator_with_broken_compensations(
     let definition = Arc::new(SagaDefinition::new(steps).expect("definition"));
     let mut retry = fast_retry();
     retry.compensation_attempts = 3;
-    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
-    let port = listener.local_addr().expect("addr").port();
-    let mut settings = saga_tests::test_settings(retry, port);
-    settings.retention.retry_window = retry_window;
-    saga_tests::serve_orchestrator_with(stack.storage.clone(), definition, settings, listener).await
+    saga_tests::OrchestratorHarness::new(stack.storage.clone(), definition)
+        .retry(retry)
+        .adjust(move |settings| settings.retention.retry_window = retry_window)
+        .start()
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,10 +434,12 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
 async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person() {
     let mut stack = Stack::with_inventory_down().await;
     let retry = saga_tests::retry_until(Duration::from_secs(600));
-    let orchestrator = saga_tests::serve_order_orchestrator(&stack, retry, |settings| {
-        settings.retention.send_window = Some(Duration::from_millis(700));
-    })
-    .await;
+    let orchestrator = stack
+        .orchestrator_harness()
+        .retry(retry)
+        .adjust(|settings| settings.retention.send_window = Some(Duration::from_millis(700)))
+        .start()
+        .await;
     let saga_id = start_order(
         orchestrator.addr,
         "send-window-1",
@@ -490,7 +492,7 @@ async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person()
 async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
     let mut stack = Stack::with_inventory_down().await;
     let retry = saga_tests::retry_until(Duration::from_millis(400));
-    let orchestrator = saga_tests::serve_order_orchestrator(&stack, retry, |_| {}).await;
+    let orchestrator = stack.orchestrator_harness().retry(retry).start().await;
     let saga_id = start_order(
         orchestrator.addr,
         "deadline-1",

@@ -3,7 +3,8 @@
 
 use saga_proto::saga::v1 as pb;
 use saga_tests::{
-    Service, Stack, fast_retry, order_request, start_orchestrator, start_participant, wait_terminal,
+    OrchestratorHarness, ParticipantHarness, Service, Stack, fast_retry, order_request,
+    wait_terminal,
 };
 use std::time::Duration;
 
@@ -50,10 +51,15 @@ async fn services_restarted_on_the_same_data_dir_keep_their_data() {
     let dir = stack.stop().await;
 
     // Same directory, new processes' worth of state: new ports even.
-    let payment = start_participant(Service::Payment, dir.path(), None).await;
-    let inventory = start_participant(Service::Inventory, dir.path(), None).await;
-    let orchestrator =
-        start_orchestrator(dir.path(), payment.addr, inventory.addr, fast_retry(), None).await;
+    let payment = ParticipantHarness::new(Service::Payment, dir.path())
+        .start()
+        .await;
+    let inventory = ParticipantHarness::new(Service::Inventory, dir.path())
+        .start()
+        .await;
+    let orchestrator = OrchestratorHarness::order_saga(dir.path(), payment.addr, inventory.addr)
+        .start()
+        .await;
     assert_eq!(saga_tests::balance(payment.addr, "alice").await, 4_700);
     assert_eq!(saga_tests::stock(inventory.addr, "sku-apple").await, 7);
     let saga = get(orchestrator.addr, &done.saga_id).await;
@@ -97,14 +103,10 @@ async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
     // The charge goes through; the deduct keeps failing while inventory is down.
     let mut patient = fast_retry();
     patient.action_attempts = 1_000;
-    let orchestrator = start_orchestrator(
-        dir.path(),
-        payment.addr,
-        inventory_addr,
-        patient.clone(),
-        None,
-    )
-    .await;
+    let orchestrator = OrchestratorHarness::order_saga(dir.path(), payment.addr, inventory_addr)
+        .retry(patient.clone())
+        .start()
+        .await;
     let reply = saga_proto::saga::v1::order_service_client::OrderServiceClient::new(
         saga_tests::channel(orchestrator.addr).await,
     )
@@ -125,15 +127,15 @@ async fn an_unfinished_saga_resumes_after_the_orchestrator_restarts() {
     orchestrator.stop().await;
 
     // Inventory is back, and a new orchestrator on the same store resumes.
-    let inventory = start_participant(Service::Inventory, dir.path(), Some(inventory_addr)).await;
-    let orchestrator = start_orchestrator(
-        dir.path(),
-        payment.addr,
-        inventory.addr,
-        patient,
-        Some(orchestrator_addr),
-    )
-    .await;
+    let inventory = ParticipantHarness::new(Service::Inventory, dir.path())
+        .on(inventory_addr)
+        .start()
+        .await;
+    let orchestrator = OrchestratorHarness::order_saga(dir.path(), payment.addr, inventory.addr)
+        .retry(patient)
+        .on(orchestrator_addr)
+        .start()
+        .await;
     let saga = wait_terminal(orchestrator.addr, &reply.saga_id, Duration::from_secs(60)).await;
     assert_eq!(saga.status(), pb::SagaStatus::Completed);
     assert_eq!(
@@ -166,8 +168,10 @@ async fn a_participant_that_is_down_only_delays_the_saga() {
     payment.stop().await;
     let mut patient = fast_retry();
     patient.action_attempts = 1_000;
-    let orchestrator =
-        start_orchestrator(dir.path(), payment_addr, inventory.addr, patient, None).await;
+    let orchestrator = OrchestratorHarness::order_saga(dir.path(), payment_addr, inventory.addr)
+        .retry(patient)
+        .start()
+        .await;
     let reply = saga_proto::saga::v1::order_service_client::OrderServiceClient::new(
         saga_tests::channel(orchestrator.addr).await,
     )
@@ -187,7 +191,10 @@ async fn a_participant_that_is_down_only_delays_the_saga() {
     let payment_step = s.steps.iter().find(|x| x.name == "payment");
     assert!(!payment_step.expect("step").last_error.is_empty());
 
-    let payment = start_participant(Service::Payment, dir.path(), Some(payment_addr)).await;
+    let payment = ParticipantHarness::new(Service::Payment, dir.path())
+        .on(payment_addr)
+        .start()
+        .await;
     let saga = wait_terminal(orchestrator.addr, &reply.saga_id, Duration::from_secs(60)).await;
     assert_eq!(saga.status(), pb::SagaStatus::Completed);
     let payment_step = saga

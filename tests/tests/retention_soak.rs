@@ -150,7 +150,7 @@ async fn embedded_store_sizes_are_flat_after_the_first_retention_period() {
     let writer = lines.clone();
     let _ = tracing_subscriber::fmt()
         .json()
-        .with_env_filter("service_kit::retention=info")
+        .with_env_filter("service_kit::purge=info")
         .with_writer(move || writer.clone())
         .try_init();
 

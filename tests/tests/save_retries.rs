@@ -12,7 +12,7 @@
 
 use saga_proto::saga::v1 as pb;
 use saga_tests::intercepted_store::InterceptedStore;
-use saga_tests::{Running, Service, Stack, Storage, fast_retry, start_order};
+use saga_tests::{OrchestratorHarness, Running, Service, Stack, Storage, fast_retry, start_order};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -26,15 +26,12 @@ async fn orchestrator(stack: &Stack, store: Arc<InterceptedStore>) -> Running {
     let mut retry = fast_retry();
     retry.action_attempts = 10_000;
     let settings = saga_tests::instance_settings("only-instance", TTL, retry);
-    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
-    saga_tests::serve_orchestrator_on(
-        store,
-        saga_tests::order_saga(stack.payment.addr, stack.inventory.addr),
-        settings,
-        service_kit::server::ServeOptions::default(),
-        listener,
-        None,
-    )
+    stack
+        .orchestrator_harness()
+        .store(store)
+        .settings(settings)
+        .start()
+        .await
 }
 
 /// A stack whose payment-svc is down, so the charge is retried and every
@@ -182,15 +179,11 @@ async fn planted(
     store.create(&saga).await.expect("plant the saga");
     let settings =
         saga_tests::instance_settings("only-instance", Duration::from_secs(30), fast_retry());
-    let listener = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
-    let orchestrator = saga_tests::serve_orchestrator_on(
-        store.clone(),
-        definition,
-        settings,
-        service_kit::server::ServeOptions::default(),
-        listener,
-        None,
-    );
+    let orchestrator = OrchestratorHarness::new(stack.storage.clone(), definition)
+        .store(store.clone())
+        .settings(settings)
+        .start()
+        .await;
     (stack, store, orchestrator, saga.saga_id)
 }
 
@@ -235,14 +228,16 @@ async fn a_retry_whose_reply_was_lost_still_resumes_the_saga() {
     let (stack, store, orchestrator, saga_id) = planted(|definition| {
         let mut saga = orphan(definition, "failed-1");
         let now = service_kit::time::now_ms();
-        engine::record(&mut saga, Next::Act(0), Outcome::Succeeded, now);
-        engine::record(&mut saga, Next::Act(1), Outcome::Refused("no".into()), now);
-        engine::record(
+        engine::record_outcome(&mut saga, Next::Act(0), Outcome::Succeeded, now).expect("fits");
+        engine::record_outcome(&mut saga, Next::Act(1), Outcome::Refused("no".into()), now)
+            .expect("fits");
+        engine::record_outcome(
             &mut saga,
             Next::Compensate(0),
             Outcome::CompensationGaveUp("down".into()),
             now,
-        );
+        )
+        .expect("fits");
         saga.lease = None;
         saga
     })

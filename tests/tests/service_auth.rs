@@ -7,7 +7,6 @@
 //! orchestrator that does not send it gets nowhere. RetrySaga needs the
 //! orchestrator's admin token.
 
-use participant_kit::faults::Faults;
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::participant::v1 as participant;
@@ -74,13 +73,9 @@ impl Participants {
     async fn start() -> Participants {
         let dir = tempfile::tempdir().expect("tempdir");
         let start = |service| {
-            saga_tests::start_participant_with(
-                service,
-                dir.path(),
-                Arc::new(Faults::disabled()),
-                protected(),
-                None,
-            )
+            saga_tests::ParticipantHarness::new(service, dir.path())
+                .options(protected())
+                .start()
         };
         let payment = start(Service::Payment).await;
         let inventory = start(Service::Inventory).await;
@@ -283,8 +278,6 @@ async fn orchestrator(
             .with_service_token(token),
     );
     let definition = Arc::new(participants.definition().expect("definition"));
-    let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
-    let port = listener.local_addr().unwrap().port();
     let mut retry = saga_tests::fast_retry();
     retry.action_attempts = 3;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -292,14 +285,11 @@ async fn orchestrator(
         admin: admin(),
         ..ServeOptions::default()
     };
-    let running = saga_tests::serve_orchestrator_as(
-        dir.path(),
-        definition,
-        saga_tests::test_settings(retry, port),
-        options,
-        listener,
-    )
-    .await;
+    let running = saga_tests::OrchestratorHarness::new(dir.path(), definition)
+        .retry(retry)
+        .options(options)
+        .start()
+        .await;
     (running, dir)
 }
 

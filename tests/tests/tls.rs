@@ -335,13 +335,9 @@ async fn the_whole_stack_runs_over_mutual_tls() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let start = |service| {
-        saga_tests::start_participant_with(
-            service,
-            dir.path(),
-            Arc::new(Faults::disabled()),
-            options(&participant_tls),
-            None,
-        )
+        saga_tests::ParticipantHarness::new(service, dir.path())
+            .options(options(&participant_tls))
+            .start()
     };
     let payment_svc = start(saga_tests::Service::Payment).await;
     let inventory_svc = start(saga_tests::Service::Inventory).await;
@@ -389,16 +385,11 @@ async fn the_whole_stack_runs_over_mutual_tls() {
     )
     .definition()
     .expect("definition");
-    let listener = saga_tests::listener("127.0.0.1:0".parse().unwrap()).await;
-    let port = listener.local_addr().unwrap().port();
-    let orchestrator = saga_tests::serve_orchestrator_as(
-        dir.path(),
-        Arc::new(definition),
-        saga_tests::test_settings(saga_tests::fast_retry(), port),
-        options(&orchestrator_tls),
-        listener,
-    )
-    .await;
+    let orchestrator = saga_tests::OrchestratorHarness::new(dir.path(), Arc::new(definition))
+        .options(options(&orchestrator_tls))
+        .start()
+        .await;
+    let port = orchestrator.addr.port();
 
     // A client that trusts the CA orders over TLS; plaintext is refused.
     let endpoint = client_endpoint(&format!("https://localhost:{port}"), &pki.ca()).unwrap();

@@ -35,7 +35,7 @@ use participant_kit::{
     ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
     ParticipantError,
 };
-use service_kit::retention::PurgeBatch;
+use service_kit::purge::PurgeBatch;
 
 const PRODUCTS: &str = "products";
 const DEDUCT_LINES: &str = "deduct_lines";

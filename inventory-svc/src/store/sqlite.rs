@@ -22,7 +22,7 @@ use participant_kit::{
     ParticipantError,
 };
 use rusqlite::{Connection, params};
-use service_kit::retention::PurgeBatch;
+use service_kit::purge::PurgeBatch;
 use std::path::Path;
 
 const SCHEMA: &str = "

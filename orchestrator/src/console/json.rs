@@ -72,8 +72,8 @@ fn transition(t: &pb::Transition) -> Value {
     json!({
         "at": timestamp(t.at.as_ref()),
         "step": t.step,
-        "from": t.from,
-        "to": t.to,
+        "from": t.from.as_str(),
+        "to": t.to.as_str(),
         "detail": t.detail,
     })
 }

@@ -3,6 +3,11 @@
 use super::*;
 use crate::saga::OrderItem;
 
+/// Records an outcome the test knows fits.
+fn record(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
+    record_outcome(saga, work, outcome, now_ms).expect("the outcome fits the saga");
+}
+
 const TWO_STEPS: &[StepNames] = &[
     StepNames {
         name: "payment",
@@ -144,12 +149,23 @@ fn exhausted_compensation_fails_the_saga_and_resume_finishes_it() {
 }
 
 #[test]
-fn stale_or_mismatched_outcomes_change_nothing() {
+fn stale_or_mismatched_outcomes_are_refused_naming_the_saga_and_change_nothing() {
     let mut s = saga();
     let before = s.clone();
-    record(&mut s, Next::Act(1), Outcome::Succeeded, 2);
-    record(&mut s, Next::Act(0), Outcome::Compensated, 2);
-    record(&mut s, Next::Compensate(0), Outcome::Compensated, 2);
+    let misfits = [
+        (Next::Act(1), Outcome::Succeeded),
+        (Next::Act(0), Outcome::Compensated),
+        (Next::Compensate(0), Outcome::Compensated),
+        (Next::Done, Outcome::Succeeded),
+    ];
+    for (work, outcome) in misfits {
+        let label = outcome.as_str();
+        let misfit = record_outcome(&mut s, work, outcome, 2).expect_err("does not fit");
+        assert_eq!(misfit.saga_id, "s1");
+        assert_eq!((misfit.work, misfit.expected), (work, Next::Act(0)));
+        assert!(misfit.to_string().contains("saga s1"), "{misfit}");
+        assert!(misfit.to_string().contains(label), "{misfit}");
+    }
     assert_eq!(s, before);
 }
 
@@ -162,7 +178,7 @@ fn history_is_append_only_and_names_steps() {
     assert!(
         s.history
             .iter()
-            .any(|t| t.step.as_deref() == Some("payment") && t.to == "succeeded")
+            .any(|t| t.step.as_deref() == Some("payment") && t.to == TransitionState::Succeeded)
     );
 }
 
@@ -347,7 +363,7 @@ fn each_save_stamps_only_the_entries_it_added_with_its_version_and_writer() {
         owner: "a".into(),
         until_ms: 2,
     });
-    claim(
+    record_claim(
         &mut s,
         Lease {
             owner: "b".into(),
@@ -357,7 +373,7 @@ fn each_save_stamps_only_the_entries_it_added_with_its_version_and_writer() {
     );
     s.version = 3;
     s.stamp_history("b");
-    release(&mut s, "b", 4);
+    record_release(&mut s, "b", 4);
     s.version = 4;
     s.stamp_history("b");
     s.stamp_history("c"); // nothing new: nothing restamped
@@ -418,9 +434,8 @@ fn a_resumed_saga_ends_with_the_cause_of_its_compensation_not_the_fixed_failure(
     assert_eq!(s.reason.as_deref(), Some("short"));
     // The failures stay in the history.
     assert!(
-        s.history
-            .iter()
-            .any(|t| t.to == "failed" && t.detail == "refund could not be completed: down")
+        s.history.iter().any(|t| t.to == TransitionState::Failed
+            && t.detail == "refund could not be completed: down")
     );
 }
 
@@ -486,7 +501,7 @@ fn a_resumed_saga_whose_history_lost_the_cause_has_no_reason_rather_than_the_fai
     assert!(
         !s.history
             .iter()
-            .any(|t| t.to == "compensating" && t.from == "running")
+            .any(|t| t.to == TransitionState::Compensating && t.from == TransitionState::Running)
     );
     assert!(resume(&mut s, 125));
     assert_eq!(s.reason, None);
@@ -540,7 +555,7 @@ fn run_saving(n: usize, fate: impl Fn(usize) -> Fate) -> (usize, Vec<(usize, Sag
 }
 
 fn claimed(mut s: Saga) -> Saga {
-    claim(
+    record_claim(
         &mut s,
         Lease {
             owner: "b".into(),

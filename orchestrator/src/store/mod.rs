@@ -25,9 +25,10 @@ pub use sqlite::SqliteSagaStore;
 
 use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
+use embedded_store::ErrorClass;
 use std::time::Duration;
 
-pub use service_kit::retention::StoreStats;
+pub use service_kit::purge::StoreStats;
 
 /// How long a store keeps finished sagas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +50,7 @@ pub const ARCHIVE_GRACE: Duration = Duration::from_secs(3600);
 impl Default for SagaRetention {
     fn default() -> Self {
         SagaRetention {
-            keep: Some(service_kit::retention::DEFAULT_SAGA_RETENTION),
+            keep: Some(service_kit::limits::DEFAULT_SAGA_RETENTION),
             archive: false,
         }
     }
@@ -101,6 +102,20 @@ pub enum StoreError {
     /// Stored data cannot be decoded.
     #[error("stored saga is corrupt: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// A backend failure of `class` by what the executor does about it:
+    /// waits out what passes (`Unavailable`); stops and flags the saga for
+    /// what does not, rather than wait forever in silence (`Rejected`,
+    /// `Corrupt`). Both backends map their errors through it.
+    pub fn classified(class: ErrorClass, message: String) -> StoreError {
+        match class {
+            ErrorClass::Transient => StoreError::Unavailable(message),
+            ErrorClass::Rejected => StoreError::Rejected(message),
+            ErrorClass::Corrupt => StoreError::Corrupt(message),
+        }
+    }
 }
 
 /// Result of [`SagaStore::create`].
@@ -285,4 +300,28 @@ pub(crate) fn decode_each<T>(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each class of either backend becomes the store error the executor
+    /// handles as the class says.
+    #[test]
+    fn each_error_class_has_its_store_error() {
+        let classified = |class| StoreError::classified(class, "x".into());
+        assert!(matches!(
+            classified(ErrorClass::Transient),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            classified(ErrorClass::Rejected),
+            StoreError::Rejected(_)
+        ));
+        assert!(matches!(
+            classified(ErrorClass::Corrupt),
+            StoreError::Corrupt(_)
+        ));
+    }
 }

@@ -19,6 +19,8 @@
 //! `request_id` index (or, if the server does not say which index, when a
 //! saga with that request id can be read back); any other is an error.
 
+mod migrations;
+
 use super::{
     Created, Cursor, Page, SagaFilter, SagaRetention, SagaStore, StatusCounts, StoreError,
     StoreStats, decode_each, merge_claimable,
@@ -51,12 +53,6 @@ pub const SHARD_KEY: mongo_client::ShardKey = mongo_client::ShardKey {
     collection: SAGAS,
     field: "request_id",
 };
-
-/// Indexes of `sagas` that earlier versions created and [`indexes`]
-/// replaced: dropped at open, since no query uses them and each would cost
-/// every write (`status_updated` served the recovery scan before
-/// `claimable_after_ms`).
-pub const REPLACED_INDEXES: &[&str] = &["status_updated"];
 
 /// The indexes of `sagas` (created at open): unique by request id;
 /// newest-first listing, optionally by status, by customer or both; counts
@@ -99,10 +95,9 @@ impl MongoSagaStore {
     /// Uses `db`, creating the indexes (idempotent): sagas unique by
     /// request_id; newest-first listing, optionally by status or by
     /// customer; counts by status; recovery by `claimable_after_ms` (and
-    /// owner); the TTL index on `expire_at`. Sagas stored by an older
-    /// version get the top-level fields it did not write (customer,
-    /// claimable time, expiry date). Keeps finished sagas for the default
-    /// retention.
+    /// owner); the TTL index on `expire_at`. Sagas of an earlier schema
+    /// version are brought to the latest ([`migrations`]). Keeps finished
+    /// sagas for the default retention.
     pub async fn open(db: Database) -> Result<Self, Error> {
         Self::open_with(db, SagaRetention::default()).await
     }
@@ -110,10 +105,8 @@ impl MongoSagaStore {
     /// [`MongoSagaStore::open`] keeping finished sagas as `retention` says.
     pub async fn open_with(db: Database, retention: SagaRetention) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
-        mongo_client::ensure_indexes(&sagas, indexes(), REPLACED_INDEXES).await?;
-        backfill_customer_ids(&sagas).await?;
-        backfill_claimable(&sagas).await?;
-        backfill_expire_at(&sagas, &retention).await?;
+        mongo_client::ensure_indexes(&sagas, indexes(), migrations::REPLACED_INDEXES).await?;
+        migrations::migrate(&sagas, &retention).await?;
         Ok(MongoSagaStore {
             sagas,
             db,
@@ -154,103 +147,6 @@ impl MongoSagaStore {
     }
 }
 
-/// Copies each saga's customer id to the top level where an older version
-/// did not put it (found through the `customer_newest` index, which holds
-/// missing fields as null), so the listing by customer sees every saga.
-async fn backfill_customer_ids(sagas: &Collection<Document>) -> Result<(), Error> {
-    let missing: Vec<Document> = sagas
-        .find(doc! { "customer_id": null })
-        .projection(doc! { "saga.order.customer_id": 1, "request_id": 1 })
-        .await?
-        .try_collect()
-        .await?;
-    for d in missing {
-        let customer = d
-            .get_document("saga")
-            .and_then(|s| s.get_document("order"))
-            .and_then(|o| o.get_str("customer_id"));
-        if let (Ok(id), Ok(request_id), Ok(customer)) =
-            (d.get_str("_id"), d.get_str("request_id"), customer)
-        {
-            sagas
-                .update_one(
-                    doc! { "_id": id, "request_id": request_id },
-                    doc! { "$set": { "customer_id": customer } },
-                )
-                .await?;
-        }
-    }
-    Ok(())
-}
-
-/// Sets `claimable_after_ms` on sagas stored before it existed (found
-/// through the `claimable` index, which holds a missing field as null),
-/// each with a filter that still requires it missing, so a saga a newer
-/// instance saved meanwhile is left alone. Until every instance runs a
-/// version that writes the field, an older one's saves leave it stale:
-/// upgrade all instances together.
-async fn backfill_claimable(sagas: &Collection<Document>) -> Result<(), Error> {
-    let missing: Vec<Document> = sagas
-        .find(doc! { "claimable_after_ms": null })
-        .projection(doc! { "saga": 1 })
-        .await?
-        .try_collect()
-        .await?;
-    for d in missing {
-        let Ok(id) = d.get_str("_id") else { continue };
-        let Ok(saga) = decode(&d) else {
-            metrics::counter!("saga_store_undecodable_total").increment(1);
-            tracing::error!(
-                saga_id = id,
-                "cannot set claimable_after_ms: the saga cannot be decoded"
-            );
-            continue;
-        };
-        sagas
-            .update_one(
-                doc! { "_id": id, "request_id": &saga.request_id, "claimable_after_ms": null },
-                doc! { "$set": { "claimable_after_ms": saga.claimable_after_ms() } },
-            )
-            .await?;
-    }
-    Ok(())
-}
-
-/// Dates finished sagas stored before `expire_at` existed (or while the
-/// retention was off): found through the TTL index, which holds a missing
-/// field as null beside the few sagas that must live (one equality query
-/// per status, no `$in`), each updated with a filter that still requires
-/// no date.
-async fn backfill_expire_at(
-    sagas: &Collection<Document>,
-    retention: &SagaRetention,
-) -> Result<(), Error> {
-    if retention.keep.is_none() {
-        return Ok(());
-    }
-    for status in [SagaStatus::Completed, SagaStatus::Cancelled] {
-        let missing: Vec<Document> = sagas
-            .find(doc! { "expire_at": null, "status": status.as_str() })
-            .hint(mongodb::options::Hint::Name(EXPIRE_INDEX.to_owned()))
-            .projection(doc! { "saga": 1 })
-            .await?
-            .try_collect()
-            .await?;
-        for d in missing {
-            let (Ok(id), Ok(saga)) = (d.get_str("_id"), decode(&d)) else {
-                continue;
-            };
-            sagas
-                .update_one(
-                    doc! { "_id": id, "request_id": &saga.request_id, "expire_at": null },
-                    doc! { "$set": { "expire_at": expire_at(retention, &saga) } },
-                )
-                .await?;
-        }
-    }
-    Ok(())
-}
-
 /// The saga's `expire_at`: a Date once it may expire, else null.
 fn expire_at(retention: &SagaRetention, saga: &Saga) -> bson::Bson {
     match retention.expire_at_ms(saga) {
@@ -259,17 +155,13 @@ fn expire_at(retention: &SagaRetention, saga: &Saga) -> bson::Bson {
     }
 }
 
-/// A driver error in domain terms: what may pass (unreachable server,
-/// election, write conflict, anything the driver labels retryable) is
-/// `Unavailable`, which the executor waits out without losing the saga;
-/// what will fail again (`mongo_client::classify` says Permanent: a
-/// document over 16 MB, validation, privileges) is `Rejected`, which it
-/// reports at ERROR instead of retrying forever in silence.
+/// A driver error in domain terms: its class ([`mongo_client::classify`]:
+/// an unreachable server, an election, a write conflict or anything the
+/// driver labels retryable passes; a document over 16 MB, a failed
+/// validation or missing privileges do not) through
+/// [`StoreError::classified`].
 fn store_error(e: Error) -> StoreError {
-    match mongo_client::classify(&e) {
-        mongo_client::ErrorClass::Transient => StoreError::Unavailable(e.to_string()),
-        mongo_client::ErrorClass::Permanent => StoreError::Rejected(e.to_string()),
-    }
+    StoreError::classified(mongo_client::classify(&e), e.to_string())
 }
 
 fn version(v: u64) -> i64 {
@@ -576,5 +468,41 @@ impl SagaStore for MongoSagaStore {
             size_bytes: Some(size),
             oldest_finished_ms,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::error::ErrorKind;
+
+    /// What passes is waited out; what the server will refuse again stops
+    /// the driver and flags the saga (see `Executor::persist`).
+    #[test]
+    fn driver_errors_map_to_what_the_executor_does_about_them() {
+        let server = |code: i32, name: &str| -> Error {
+            let reply = doc! { "ok": 0, "code": code, "codeName": name, "errmsg": name };
+            Error::from(ErrorKind::Command(
+                bson::from_document::<mongodb::error::CommandError>(reply).expect("command error"),
+            ))
+        };
+        assert!(matches!(
+            store_error(server(112, "WriteConflict")),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            store_error(Error::from(std::io::Error::from(
+                std::io::ErrorKind::ConnectionReset
+            ))),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            store_error(server(10334, "BSONObjectTooLarge")),
+            StoreError::Rejected(_)
+        ));
+        assert!(matches!(
+            store_error(server(13, "Unauthorized")),
+            StoreError::Rejected(_)
+        ));
     }
 }

@@ -18,13 +18,15 @@
 //! JSON is serialised on the caller's task, so the single writer thread only
 //! runs the SQL; concurrent sagas' writes share group commits.
 
+mod migrations;
+
 use super::{
     Created, Cursor, Page, SagaFilter, SagaRetention, SagaStore, StatusCounts, StoreError,
     StoreStats, decode_each, merge_claimable,
 };
 use crate::saga::{Attention, Saga, SagaStatus};
 use async_trait::async_trait;
-use embedded_store::{DbError, Durability, EmbeddedDb, ErrorClass};
+use embedded_store::{DbError, Durability, EmbeddedDb};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 
@@ -46,9 +48,6 @@ CREATE TABLE IF NOT EXISTS sagas (
 );
 CREATE INDEX IF NOT EXISTS sagas_newest ON sagas (created_at_ms DESC, saga_id DESC);
 CREATE INDEX IF NOT EXISTS sagas_by_status ON sagas (status, created_at_ms DESC, saga_id DESC);
-DROP INDEX IF EXISTS sagas_by_lease;
-DROP INDEX IF EXISTS sagas_claimable;
-DROP INDEX IF EXISTS sagas_own_claimable;
 CREATE INDEX IF NOT EXISTS sagas_open ON sagas (claimable_after_ms)
     WHERE claimable_after_ms < 9223372036854775807;
 CREATE INDEX IF NOT EXISTS sagas_by_customer ON sagas (customer_id, created_at_ms DESC, saga_id DESC);
@@ -64,11 +63,11 @@ pub struct SqliteSagaStore {
 }
 
 impl SqliteSagaStore {
-    /// Opens (creating or migrating if needed) the store at `path`, with
-    /// the default retention.
+    /// Opens the store at `path` (created, or brought to the latest schema
+    /// version by [`migrations`]), with the default retention.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, DbError> {
         if path.exists() {
-            migrate(path)?;
+            migrations::migrate(path)?;
         }
         Ok(SqliteSagaStore {
             db: EmbeddedDb::open(path, SCHEMA, durability)?,
@@ -83,96 +82,17 @@ impl SqliteSagaStore {
     }
 }
 
-/// Brings a database created by an older version up to [`SCHEMA`]: adds the
-/// lease columns (before leases existed), the customer column, filled
-/// from each saga's document (before the console searched by customer), the
-/// claimable time (before recovery had one index to scan), computed as
-/// [`Saga::claimable_after_ms`] does, the finish time (before retention),
-/// as [`Saga::expires_from_ms`] does, and the attention flag (0: an older
-/// version never flagged a saga). The indexes on them are created by
-/// `SCHEMA` right after.
-///
-/// Everything runs in one `BEGIN IMMEDIATE` transaction, checks included,
-/// with a busy timeout: several instances starting at once on an old file
-/// queue for the write lock, the first migrates, the others then find
-/// every column there (no "database is locked", no "duplicate column").
-fn migrate(path: &Path) -> Result<(), DbError> {
-    let mut conn = embedded_store::connect(path, rusqlite::OpenFlags::default())?;
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let has_table: bool = tx.query_row(
-        "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'sagas'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_table {
-        return Ok(());
-    }
-    if !has_column(&tx, "lease_until_ms")? {
-        tx.execute_batch(
-            "ALTER TABLE sagas ADD COLUMN lease_owner TEXT;
-             ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
-        )?;
-    }
-    if !has_column(&tx, "customer_id")? {
-        tx.execute_batch(
-            "ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
-             UPDATE sagas SET customer_id = json_extract(doc, '$.order.customer_id');",
-        )?;
-    }
-    if !has_column(&tx, "claimable_after_ms")? {
-        tx.execute_batch(
-            "ALTER TABLE sagas ADD COLUMN claimable_after_ms INTEGER NOT NULL DEFAULT 0;
-             UPDATE sagas SET claimable_after_ms =
-                 CASE WHEN status IN ('running', 'compensating') THEN lease_until_ms
-                      ELSE 9223372036854775807 END;",
-        )?;
-    }
-    if !has_column(&tx, "finished_at_ms")? {
-        tx.execute_batch(
-            "ALTER TABLE sagas ADD COLUMN finished_at_ms INTEGER;
-             UPDATE sagas SET finished_at_ms = updated_at_ms
-                 WHERE status IN ('completed', 'cancelled');",
-        )?;
-    }
-    if !has_column(&tx, "needs_attention")? {
-        tx.execute_batch(
-            "ALTER TABLE sagas ADD COLUMN needs_attention INTEGER NOT NULL DEFAULT 0;",
-        )?;
-    }
-    tx.commit()?;
-    Ok(())
-}
-
-/// Whether the `sagas` table has `column`.
-fn has_column(conn: &Connection, column: &str) -> Result<bool, rusqlite::Error> {
-    conn.query_row(
-        "SELECT COUNT(*) > 0 FROM pragma_table_info('sagas') WHERE name = ?1",
-        [column],
-        |r| r.get(0),
-    )
-}
-
-/// A store error by what the executor should do about it: wait out what
-/// passes; stop and flag the saga for what does not (a corrupt file, a
-/// read-only one, a refused statement), rather than wait forever in
-/// silence.
+/// A SQLite failure in domain terms: its class ([`embedded_store::classify`])
+/// through [`StoreError::classified`].
 impl From<DbError> for StoreError {
     fn from(e: DbError) -> Self {
-        store_error(e.class(), e.to_string())
+        StoreError::classified(e.class(), e.to_string())
     }
 }
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        store_error(embedded_store::classify(&e), e.to_string())
-    }
-}
-
-fn store_error(class: ErrorClass, message: String) -> StoreError {
-    match class {
-        ErrorClass::Transient => StoreError::Unavailable(message),
-        ErrorClass::Corrupt => StoreError::Corrupt(message),
-        ErrorClass::Rejected => StoreError::Rejected(message),
+        StoreError::classified(embedded_store::classify(&e), e.to_string())
     }
 }
 
@@ -641,9 +561,9 @@ mod tests {
         saga
     }
 
-    /// A database written before the customer was a column: opening it
-    /// adds the column, fills it from each saga's document, and the
-    /// listing by customer finds the old sagas.
+    /// A version-1 file (no customer column): opening it adds the column,
+    /// fills it from each saga's document, and the listing by customer
+    /// finds the sagas it held.
     #[tokio::test]
     async fn an_older_database_gets_its_customer_column_filled_from_each_saga() {
         let dir = tempfile::tempdir().unwrap();
@@ -739,7 +659,7 @@ mod tests {
         }
     }
 
-    /// A database written before the claimable time was a column: opening
+    /// A version-3 file (leases and customers, no claimable time): opening
     /// it computes the column from status and lease, so recovery finds
     /// the unfinished sagas whose lease expired and never a finished one;
     /// a row whose document cannot be decoded is skipped, not fatal.
@@ -792,8 +712,8 @@ mod tests {
     }
 
     /// The purge deletes only COMPLETED and CANCELLED sagas past the
-    /// retention, at most a batch at a time, and an older file's finished
-    /// sagas (before the finish time was a column) are purged too.
+    /// retention, at most a batch at a time, and the finished sagas of a
+    /// version-1 file (no finish time column) are purged too.
     #[tokio::test]
     async fn the_purge_deletes_finished_sagas_past_the_retention_in_batches() {
         let dir = tempfile::tempdir().unwrap();

@@ -65,6 +65,20 @@ fn operation<'a>(
     }
 }
 
+/// Refuses an amount that is not positive. The gRPC adapter rejects it
+/// first; this keeps the store safe when called directly, where a charge
+/// of -5 cents would credit 5 and a deposit of -5 would fail as a store
+/// error.
+fn positive<E>(t: &Transfer) -> Result<(), Failure<E>> {
+    if t.amount_cents > 0 {
+        return Ok(());
+    }
+    Err(Failure::Refused(ParticipantError::OutOfRange(format!(
+        "request_id {:?}: amount_cents must be positive (got {})",
+        t.request_id, t.amount_cents
+    ))))
+}
+
 /// Reads back the balance recorded with an applied charge or deposit.
 fn balance(detail: &str) -> Result<i64, ParticipantError> {
     detail.parse().map_err(|_| {
@@ -81,6 +95,7 @@ pub async fn charge<T: LedgerTx>(
     t: &Transfer,
     admission: &Admission,
 ) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    positive(t)?;
     let fingerprint = t.fingerprint();
     let op = operation(t, CHARGE, &fingerprint);
     let outcome = match admission {
@@ -122,6 +137,7 @@ pub async fn refund<T: LedgerTx>(
     tx: &mut T,
     t: &Transfer,
 ) -> Result<CompensationResult, Failure<T::Error>> {
+    positive(t)?;
     let fingerprint = t.fingerprint();
     let op = operation(t, CHARGE, &fingerprint);
     let charge = match begin_compensation(tx, &op).await? {
@@ -155,6 +171,7 @@ pub async fn deposit<T: LedgerTx>(
     tx: &mut T,
     t: &Transfer,
 ) -> Result<ActionReply<i64>, Failure<T::Error>> {
+    positive(t)?;
     let fingerprint = t.fingerprint();
     let op = operation(t, DEPOSIT, &fingerprint);
     let outcome = match tx

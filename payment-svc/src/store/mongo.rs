@@ -28,7 +28,7 @@ use participant_kit::{
     ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
     ParticipantError,
 };
-use service_kit::retention::PurgeBatch;
+use service_kit::purge::PurgeBatch;
 
 /// Payment store in a MongoDB database.
 #[derive(Clone, Debug)]

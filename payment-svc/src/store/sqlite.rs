@@ -14,7 +14,7 @@ use participant_kit::{
     ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
     ParticipantError,
 };
-use service_kit::retention::PurgeBatch;
+use service_kit::purge::PurgeBatch;
 use std::path::Path;
 
 const SCHEMA: &str = "

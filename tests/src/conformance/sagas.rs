@@ -46,6 +46,11 @@ macro_rules! saga_store_conformance {
     };
 }
 
+/// Records an outcome the test knows fits the saga.
+fn record(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
+    engine::record_outcome(saga, work, outcome, now_ms).expect("the outcome fits the saga");
+}
+
 fn saga(id: &str, request_id: &str, created_at_ms: i64) -> Saga {
     saga_of("alice", id, request_id, created_at_ms)
 }
@@ -80,14 +85,14 @@ async fn create_new(store: &Store, s: &Saga) {
 pub async fn a_created_saga_reads_back_identically_by_either_id(store: Store) {
     let mut s = saga("s1", "r1", 1_000);
     // Exercise every field: a refusal, a compensation retry, a reason.
-    engine::record(&mut s, Next::Act(0), Outcome::Succeeded, 1_001);
-    engine::record(
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 1_001);
+    record(
         &mut s,
         Next::Act(1),
         Outcome::Refused("short: \"sku\" ünïcode".into()),
         1_002,
     );
-    engine::record(
+    record(
         &mut s,
         Next::Compensate(0),
         Outcome::CompensationRetrying("down".into()),
@@ -141,7 +146,7 @@ pub async fn fifty_concurrent_creates_of_one_request_id_make_one_saga(store: Sto
 pub async fn save_requires_the_version_it_read(store: Store) {
     let mut s = saga("v1", "rv1", 1);
     create_new(&store, &s).await;
-    engine::record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
     s.version = 2;
     store.save(&s).await.expect("save v2");
     // Saving "version 2" again means the writer read version 1: stale.
@@ -187,7 +192,7 @@ pub async fn listing_is_newest_first_in_pages_and_filters_by_status(store: Store
     for (i, t) in times.iter().enumerate() {
         let mut s = saga(&format!("l{i}"), &format!("rl{i}"), *t);
         if i % 2 == 1 {
-            engine::record(&mut s, Next::Act(0), Outcome::Refused("no".into()), t + 1);
+            record(&mut s, Next::Act(0), Outcome::Refused("no".into()), t + 1);
         }
         create_new(&store, &s).await;
     }
@@ -230,8 +235,8 @@ pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: 
     let mut expired = saga("u-expired", "ru1", 3);
     expired.lease = lease("a", 50);
     let mut compensating = saga("u-comp", "ru2", 1);
-    engine::record(&mut compensating, Next::Act(0), Outcome::Succeeded, 2);
-    engine::record(
+    record(&mut compensating, Next::Act(0), Outcome::Succeeded, 2);
+    record(
         &mut compensating,
         Next::Act(1),
         Outcome::Refused("short".into()),
@@ -242,7 +247,7 @@ pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: 
     let mut held = saga("u-held", "ru3", 2);
     held.lease = lease("b", 1_000);
     let mut done = saga("u-done", "ru4", 2);
-    engine::record(&mut done, Next::Act(0), Outcome::Refused("no".into()), 2);
+    record(&mut done, Next::Act(0), Outcome::Refused("no".into()), 2);
     for s in [&expired, &compensating, &held, &done] {
         create_new(&store, s).await;
     }
@@ -287,7 +292,7 @@ pub async fn claimable_sagas_are_unfinished_with_an_expired_or_own_lease(store: 
     let now = ids(store.claimable(100, None, 10).await.expect("claimable"));
     assert_eq!(now, ["u-comp", "u-held", "u-expired"]);
     let mut finished = store.get("u-comp").await.expect("get").expect("stored");
-    engine::record(&mut finished, Next::Compensate(0), Outcome::Compensated, 3);
+    record(&mut finished, Next::Compensate(0), Outcome::Compensated, 3);
     assert!(finished.status.is_terminal(), "{:?}", finished.status);
     finished.version += 1;
     store.save(&finished).await.expect("save");
@@ -311,7 +316,7 @@ pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_stat
     for (customer, id, t) in sagas {
         let mut s = saga_of(customer, id, &format!("r{id}"), t);
         if id == "c2" || id == "c5" {
-            engine::record(&mut s, Next::Act(0), Outcome::Refused("no".into()), t + 1);
+            record(&mut s, Next::Act(0), Outcome::Refused("no".into()), t + 1);
         }
         create_new(&store, &s).await;
     }
@@ -335,7 +340,7 @@ pub async fn listing_by_customer_is_newest_first_in_pages_and_combines_with_stat
     assert_eq!(seen, ["c5", "c3", "c2", "c0"]);
     // A save keeps the saga findable by its customer.
     let mut c0 = store.get("c0").await.expect("get").expect("c0");
-    engine::record(&mut c0, Next::Act(0), Outcome::Refused("no".into()), 11);
+    record(&mut c0, Next::Act(0), Outcome::Refused("no".into()), 11);
     c0.version += 1;
     store.save(&c0).await.expect("save");
     let cancelled = SagaFilter {
@@ -380,7 +385,7 @@ pub async fn counts_by_status_follow_every_create_and_save(store: Store) {
         create_new(&store, &saga(&format!("n{i}"), &format!("rn{i}"), i)).await;
     }
     let mut n0 = store.get("n0").await.expect("get").expect("n0");
-    engine::record(&mut n0, Next::Act(0), Outcome::Refused("no".into()), 5);
+    record(&mut n0, Next::Act(0), Outcome::Refused("no".into()), 5);
     n0.version += 1;
     store.save(&n0).await.expect("save");
     let counts = store.count_by_status().await.expect("counts");

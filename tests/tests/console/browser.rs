@@ -1,12 +1,20 @@
-//! A real browser for the console test: Debian's headless Chromium driven
-//! through WebDriver by its `chromedriver`, which this test starts on a
-//! free port and stops by pid (its whole process group, so no Chromium is
-//! left behind), also when the test fails.
+//! A real browser for the console tests: Debian's headless Chromium driven
+//! through WebDriver by its `chromedriver`, which is started on a free port
+//! and stopped by pid (its whole process group, so no Chromium is left
+//! behind), also when a test fails.
+//!
+//! Starting the two is most of a console test's time (~1.5 s of ~2.5 s),
+//! so the tests of the binary share them: a test borrows an idle browser
+//! ([`Browser::borrow`]) and gives it back once it passed
+//! ([`Browser::give_back`]); a failed test's browser is stopped, never
+//! reused. The WebDriver sessions run on a runtime of their own, which
+//! outlives every test's, and the browsers still idle when the binary
+//! exits are stopped then (`atexit`).
 //!
 //! `./scripts/browser.sh --setup-only` installs both and prints the
 //! chromedriver path; the test command exports it as `CHROMEDRIVER` and sets
 //! `REQUIRE_BROWSER=1`, so a missing browser fails the run instead of
-//! skipping the test.
+//! skipping the test — as it does wherever `CI=true`.
 
 use fantoccini::wd::Capabilities;
 use fantoccini::{Client, ClientBuilder};
@@ -15,6 +23,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long a condition may take to appear in the page.
@@ -30,8 +39,8 @@ fn on_path(name: &str) -> Option<PathBuf> {
 }
 
 /// Where chromedriver is: `CHROMEDRIVER`, else `chromedriver` on `PATH`.
-/// `None` means the test cannot run: it fails when `REQUIRE_BROWSER=1`
-/// (the test command), and otherwise says it skips.
+/// `None` means the calling test cannot run: it fails where a browser is
+/// required ([`required`]), and otherwise says it skips and why.
 pub fn chromedriver() -> Option<PathBuf> {
     let found = std::env::var_os("CHROMEDRIVER")
         .map(PathBuf::from)
@@ -40,17 +49,37 @@ pub fn chromedriver() -> Option<PathBuf> {
     if found.is_none() {
         let how =
             "install Debian's chromium and chromium-driver: ./scripts/browser.sh --setup-only";
-        if std::env::var("REQUIRE_BROWSER").is_ok_and(|v| v == "1") {
-            panic!("REQUIRE_BROWSER=1 but no chromedriver was found (CHROMEDRIVER or PATH); {how}");
+        if let Some(why) = required() {
+            panic!("{why} but no chromedriver was found (CHROMEDRIVER or PATH); {how}");
         }
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("a console test")
+            .to_owned();
         // Straight to stderr, past the test harness's capture, so a skip is
         // seen.
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED: the console browser test needs chromedriver; {how}"
+            "SKIPPED: {test} needs chromedriver; {how}"
         );
     }
     found
+}
+
+/// Why a missing browser fails the tests rather than skipping them, if it
+/// does: `REQUIRE_BROWSER=1` (the test command), or `CI=true` (CI, even a
+/// run that did not go through the test command).
+fn required() -> Option<&'static str> {
+    let set = |name: &str, values: &[&str]| {
+        std::env::var(name).is_ok_and(|v| values.iter().any(|x| v.eq_ignore_ascii_case(x)))
+    };
+    if set("REQUIRE_BROWSER", &["1"]) {
+        Some("REQUIRE_BROWSER=1")
+    } else if set("CI", &["true", "1"]) {
+        Some("CI=true")
+    } else {
+        None
+    }
 }
 
 /// A running chromedriver, stopped (with its process group: every
@@ -72,15 +101,77 @@ pub struct Browser {
     pub client: Client,
     driver: Driver,
     _profile: tempfile::TempDir,
+    _logs: tempfile::TempDir,
+}
+
+/// The browsers of this test binary not lent to a test, and the runtime
+/// their WebDriver sessions run on.
+struct Pool {
+    sessions: tokio::runtime::Runtime,
+    idle: Mutex<Vec<Browser>>,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        extern "C" fn stop_idle() {
+            let idle = POOL.get().map(|pool| {
+                std::mem::take(&mut *pool.idle.lock().unwrap_or_else(PoisonError::into_inner))
+            });
+            // Dropping a browser stops its chromedriver and Chromium.
+            let _ = std::panic::catch_unwind(|| drop(idle));
+        }
+        // SAFETY: registers a plain function, run once at exit.
+        unsafe { libc::atexit(stop_idle) };
+        let sessions = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("the WebDriver sessions' runtime");
+        Pool {
+            sessions,
+            idle: Mutex::new(Vec::new()),
+        }
+    })
 }
 
 impl Browser {
-    /// Starts `chromedriver` on a free port (its log in `dir`) and opens a
-    /// headless Chromium with a fresh profile.
-    pub async fn start(chromedriver: &Path, dir: &Path) -> Browser {
+    /// An idle browser of this binary, or a new one.
+    pub async fn borrow(chromedriver: &Path) -> Browser {
+        let pool = pool();
+        let idle = pool
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        if let Some(browser) = idle {
+            return browser;
+        }
+        let chromedriver = chromedriver.to_owned();
+        match pool.sessions.spawn(Browser::start(chromedriver)).await {
+            Ok(browser) => browser,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// Leaves the page (its event streams end with it) and keeps the
+    /// browser for the next test.
+    pub async fn give_back(mut self) {
+        self.open("about:blank").await;
+        pool()
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(self);
+    }
+
+    /// Starts `chromedriver` on a free port and opens a headless Chromium
+    /// with a fresh profile.
+    async fn start(chromedriver: PathBuf) -> Browser {
         let port = free_port();
-        let log = dir.join("chromedriver.log");
-        let mut cmd = Command::new(chromedriver);
+        let logs = tempfile::tempdir().expect("log dir");
+        let log = logs.path().join("chromedriver.log");
+        let mut cmd = Command::new(&chromedriver);
         cmd.arg(format!("--port={port}"))
             .arg(format!("--log-path={}", log.display()))
             .stdout(Stdio::null())
@@ -93,6 +184,7 @@ impl Browser {
             client: connect(port, profile.path()).await,
             driver,
             _profile: profile,
+            _logs: logs,
         };
         if let Err(e) = browser.client.set_window_size(1400, 1000).await {
             browser.fail(&format!("window size: {e}"));
@@ -175,12 +267,6 @@ impl Browser {
             std::fs::create_dir_all(dir).expect("screenshot dir");
         }
         std::fs::write(path, png).expect("write screenshot");
-    }
-
-    /// Ends the session (Chromium quits); chromedriver stops when the
-    /// browser is dropped.
-    pub async fn close(self) {
-        let _ = self.client.clone().close().await;
     }
 }
 

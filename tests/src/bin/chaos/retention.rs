@@ -33,7 +33,7 @@ use orchestrator::saga::{Saga, SagaStatus};
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as pb;
-use service_kit::retention::CallLimits;
+use service_kit::limits::CallLimits;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -60,18 +60,19 @@ fn limits(backend: Backend) -> CallLimits {
         step_deadline: call,
         // Above the orchestrator's longest gap between two saves:
         // connect wait + call + 2 × max delay.
-        lease_ttl: service_kit::retention::PARTICIPANT_CONNECT_TIMEOUT
+        lease_ttl: service_kit::limits::PARTICIPANT_CONNECT_TIMEOUT
             + call
             + retry_max_delay * 2
             + Duration::from_millis(100),
         retry_max_delay,
-        steps: service_kit::retention::DEFAULT_SAGA_STEPS,
+        steps: saga_tests::order_saga_steps(),
     }
 }
 
 /// The environment of all three services: the limits (the participants
-/// mirror the orchestrator's flags through the same variables), the
-/// retentions and the purge interval.
+/// mirror the orchestrator's flags through the same variables, and are
+/// told the order saga's step count), the retentions and the purge
+/// interval.
 fn env(args: &Args, limits: &CallLimits, keep: Duration) -> Vec<(String, String)> {
     let ms = |d: Duration| d.as_millis().to_string();
     vec![
@@ -85,6 +86,7 @@ fn env(args: &Args, limits: &CallLimits, keep: Duration) -> Vec<(String, String)
         ("STEP_DEADLINE_MS".into(), ms(limits.step_deadline)),
         ("LEASE_TTL_MS".into(), ms(limits.lease_ttl)),
         ("RETRY_MAX_DELAY_MS".into(), ms(limits.retry_max_delay)),
+        ("SAGA_STEPS".into(), limits.steps.to_string()),
         ("SAGA_RETENTION".into(), "1s".into()),
         (
             "HISTORY_RETENTION".into(),

@@ -5,8 +5,6 @@
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The counters of one orchestrator life (or a sum of lives).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,9 +69,12 @@ impl OrchestratorCounters {
 /// tries).
 pub async fn read(addr: SocketAddr) -> Option<OrchestratorCounters> {
     for _ in 0..10 {
-        if let Ok(Ok(Some(text))) =
-            tokio::time::timeout(Duration::from_secs(2), get_metrics(addr)).await
-        {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(2),
+            saga_tests::http::get(addr, "/metrics"),
+        )
+        .await;
+        if let Ok(Ok((200, text))) = reply {
             return Some(OrchestratorCounters::parse(&text));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -81,59 +82,12 @@ pub async fn read(addr: SocketAddr) -> Option<OrchestratorCounters> {
     None
 }
 
-/// One HTTP/1.1 request with `Connection: close`; the body (de-chunked)
-/// when the status is 200.
-async fn get_metrics(addr: SocketAddr) -> std::io::Result<Option<String>> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream
-        .write_all(
-            format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    let raw = String::from_utf8_lossy(&raw);
-    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
-        return Ok(None);
-    };
-    if !head.starts_with("HTTP/1.1 200") {
-        return Ok(None);
-    }
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    Ok(Some(if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    }))
-}
-
-/// The payload of a chunked body (sizes in hex, each chunk and size line
-/// ended by CRLF).
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn counters_are_read_from_the_exposition_and_chunks_are_joined() {
+    fn counters_are_read_from_the_exposition() {
         let text = "# TYPE saga_lease_takeovers_total counter\nsaga_lease_takeovers_total 3\n\
                     saga_lease_takeovers_of_live_owner_total 1\nsagas_started_total 12\n\
                     saga_step_retries_total 9\n\
@@ -155,7 +109,5 @@ mod tests {
             OrchestratorCounters::parse(""),
             OrchestratorCounters::default()
         );
-        let chunked = "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
-        assert_eq!(dechunk(chunked), "hello world");
     }
 }

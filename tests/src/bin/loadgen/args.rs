@@ -148,7 +148,7 @@ pub struct Args {
     /// Default 1s; 5s on the MongoDB test server, whose collStats scans
     /// every collection under its global lock. Not measured in a sweep nor
     /// against a running stack.
-    #[arg(long, value_parser = service_kit::retention::parse_duration)]
+    #[arg(long, value_parser = service_kit::limits::parse_duration)]
     pub purge_interval: Option<Duration>,
     /// Do not measure store bytes per saga: an embedded stack serves no
     /// metrics (they cost CPU on every call), the services keep their own

@@ -271,7 +271,7 @@ fn purge_interval(
     if purge_interval < Duration::from_millis(10) {
         return Err(format!(
             "--purge-interval must be at least 10ms (got {})",
-            service_kit::retention::format_duration(purge_interval)
+            service_kit::limits::format_duration(purge_interval)
         ));
     }
     Ok((!args.no_store_size && single_level).then_some(purge_interval))

@@ -334,7 +334,7 @@ fn store_size(out: &Outcome) {
     };
     println!(
         "store bytes/saga (store_size_bytes after − before the saga phase ÷ {sagas} sagas; purge interval {}, {waits}): {}",
-        service_kit::retention::format_duration(s.interval),
+        service_kit::limits::format_duration(s.interval),
         parts.join(", ")
     );
 }

@@ -300,7 +300,7 @@ async fn store_sizes(
     out.stage = "the wait for fresh store size gauges";
     eprintln!(
         "loadgen: waiting for fresh store_size_bytes gauges {when} the measured phase (purge interval {})",
-        service_kit::retention::format_duration(interval)
+        service_kit::limits::format_duration(interval)
     );
     scrape::settle(addrs, interval).await
 }

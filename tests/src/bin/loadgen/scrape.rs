@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 /// The commands counter's name.
@@ -48,30 +47,18 @@ pub fn delta(before: &Counts, after: &Counts) -> Counts {
         .collect()
 }
 
-/// `GET /metrics` over plain HTTP/1.1 (the exporter's listener), the body.
+/// `GET /metrics` (the exporter's listener), the body, within 5 s.
 async fn get_metrics(addr: SocketAddr) -> Result<String, String> {
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| e.to_string())?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        Ok::<_, String>(match text.split_once("\r\n\r\n") {
-            Some((_, body)) => body.to_owned(),
-            None => text,
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(5), fetch)
-        .await
-        .map_err(|_| format!("{addr}: no answer within 5 s"))?
+    let reply = tokio::time::timeout(
+        Duration::from_secs(5),
+        saga_tests::http::get(addr, "/metrics"),
+    )
+    .await
+    .map_err(|_| format!("{addr}: no answer within 5 s"))??;
+    match reply {
+        (200, text) => Ok(text),
+        (status, text) => Err(format!("{addr}/metrics: status {status}: {text}")),
+    }
 }
 
 /// The counter's samples in a Prometheus text exposition.
@@ -85,31 +72,21 @@ fn parse(text: &str) -> Vec<((String, String), f64)> {
         .collect()
 }
 
-/// The samples of metric `name` in a Prometheus text exposition: labels
-/// (name → unquoted value) and value. Comments, other metrics and values
-/// that are not numbers are skipped.
+/// The samples of metric `name` in a Prometheus text exposition (the
+/// shared parser, `saga_tests::prometheus`): labels and value. An
+/// exposition that does not parse counts nothing, and says why on stderr.
 fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (labels, value) = match rest.strip_prefix('{') {
-                Some(rest) => rest.split_once('}')?,
-                // A sample without labels: the name, then blanks.
-                None if rest.starts_with([' ', '\t']) => ("", rest),
-                None => return None,
-            };
-            let value: f64 = value.split_whitespace().next()?.parse().ok()?;
-            let labels = labels
-                .split(',')
-                .filter_map(|pair| {
-                    let (label, quoted) = pair.split_once('=')?;
-                    let unquoted = quoted.trim().trim_matches('"');
-                    Some((label.trim().to_owned(), unquoted.to_owned()))
-                })
-                .collect();
-            Some((labels, value))
-        })
-        .collect()
+    match saga_tests::prometheus::parse_exposition(text) {
+        Ok(samples) => samples
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| (s.labels, s.value))
+            .collect(),
+        Err(e) => {
+            eprintln!("loadgen: an exposition that does not parse: {e}");
+            Vec::new()
+        }
+    }
 }
 
 /// Service (the gauge's `service` label) → store size in bytes.

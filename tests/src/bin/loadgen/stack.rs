@@ -447,7 +447,7 @@ fn service_command(
     if let Some(interval) = config.purge_interval {
         cmd.env(
             "PURGE_INTERVAL",
-            service_kit::retention::format_duration(interval),
+            service_kit::limits::format_duration(interval),
         );
     }
     match &config.admin_token {

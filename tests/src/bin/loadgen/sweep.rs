@@ -1,8 +1,8 @@
 //! `--concurrency 1,4,16,64,256`: one stack, one seeding, then per level a
 //! warm-up, a measured saga phase and (unless `--no-floor`) the floor at
 //! the same concurrency. Prints a table, writes the figures as JSON and,
-//! with `--plot`, draws latency against throughput as an SVG (written here
-//! by hand: a few lines of markup need no plotting crate).
+//! with `--plot`, draws latency against throughput as an SVG (plotters'
+//! SVG backend).
 
 use crate::catalog::Catalog;
 use crate::plan::{Plan, Urls};
@@ -11,7 +11,9 @@ use crate::run::{self, Outcome};
 use crate::scrape;
 use crate::tally::Tally;
 use crate::workload::{self, Clients, Kind, Phase};
-use std::fmt::Write as _;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::error::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -198,57 +200,6 @@ pub fn json(out: &Outcome) -> serde_json::Value {
     serde_json::json!({ "store": out.store, "levels": levels })
 }
 
-/// Latency (p50 and p99, log scale) against throughput, one point per
-/// level, labelled with its concurrency.
-pub fn svg(out: &Outcome, title: &str) -> String {
-    let points: Vec<PlotPoint> = out
-        .sweep
-        .iter()
-        .map(|p| PlotPoint {
-            concurrency: p.concurrency,
-            rate: p.saga.rate(),
-            p50: p.saga.quantile_ms(0.5).max(0.01),
-            p99: p.saga.quantile_ms(0.99).max(0.01),
-        })
-        .collect();
-    let chart = Chart::fit(&points);
-    let mut s = String::new();
-    chart.header(&mut s, title);
-    // Grid and axes.
-    chart.x_grid(&mut s);
-    chart.y_grid(&mut s);
-    chart.frame(&mut s);
-    // The two curves, then the points and their labels.
-    for curve in [
-        Curve {
-            latency: |p| p.p50,
-            colour: "#1f77b4",
-            name: "p50",
-            label_dy: 16.0,
-            legend_y: TOP + 18.0,
-        },
-        Curve {
-            latency: |p| p.p99,
-            colour: "#d62728",
-            name: "p99",
-            label_dy: -8.0,
-            legend_y: TOP + 36.0,
-        },
-    ] {
-        chart.curve(&mut s, &points, &curve);
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-/// The plot's canvas (px): size and the margins around the plotting area.
-const W: f64 = 720.0;
-const H: f64 = 440.0;
-const LEFT: f64 = 70.0;
-const RIGHT: f64 = 30.0;
-const TOP: f64 = 50.0;
-const BOTTOM: f64 = 60.0;
-
 /// One level on the plot: latencies at least 0.01 ms (a log scale has no
 /// zero).
 struct PlotPoint {
@@ -259,178 +210,82 @@ struct PlotPoint {
     p99: f64,
 }
 
-/// One latency curve: which latency, how it is drawn and where its legend
-/// goes.
-struct Curve {
-    latency: fn(&PlotPoint) -> f64,
-    colour: &'static str,
-    name: &'static str,
-    /// The point labels' offset from the points.
-    label_dy: f64,
-    legend_y: f64,
+/// A latency curve: its name, its colour, which latency, and how far below
+/// its points (px) their labels go.
+type Curve = (&'static str, RGBColor, fn(&PlotPoint) -> f64, i32);
+
+/// Latency (p50 and p99, log scale over whole decades) against throughput
+/// (from 0 to a round figure above the fastest level), one point per
+/// level, labelled with its concurrency.
+pub fn svg(out: &Outcome, title: &str) -> Result<String, String> {
+    let points: Vec<PlotPoint> = out
+        .sweep
+        .iter()
+        .map(|p| PlotPoint {
+            concurrency: p.concurrency,
+            rate: p.saga.rate(),
+            p50: p.saga.quantile_ms(0.5).max(0.01),
+            p99: p.saga.quantile_ms(0.99).max(0.01),
+        })
+        .collect();
+    let mut svg = String::new();
+    draw(&mut svg, &points, title).map_err(|e| format!("drawing the plot: {e}"))?;
+    Ok(svg)
 }
 
-/// The axes' ranges: throughput from 0 to a round figure above the
-/// fastest level, latency over whole decades around every point.
-struct Chart {
-    x_top: f64,
-    /// log10 of the lowest and highest latency on the axis (ms).
-    y_lo: f64,
-    y_hi: f64,
-}
-
-impl Chart {
-    fn fit(points: &[PlotPoint]) -> Chart {
-        let x_max = points.iter().map(|p| p.rate).fold(1.0, f64::max);
-        let y_lo = points
-            .iter()
-            .map(|p| p.p50)
-            .fold(f64::INFINITY, f64::min)
-            .log10()
-            .floor();
-        let y_hi = points
-            .iter()
-            .map(|p| p.p99)
-            .fold(0.01, f64::max)
-            .log10()
-            .ceil()
-            .max(y_lo + 1.0);
-        Chart {
-            x_top: nice_ceiling(x_max * 1.08),
-            y_lo,
-            y_hi,
-        }
+fn draw(svg: &mut String, points: &[PlotPoint], title: &str) -> Result<(), Box<dyn Error>> {
+    let x_top = nice_ceiling(points.iter().map(|p| p.rate).fold(1.0, f64::max) * 1.08);
+    let decade = |ms: f64, round: fn(f64) -> f64| 10f64.powf(round(ms.log10()));
+    let y_lo = decade(
+        points.iter().map(|p| p.p50).fold(f64::INFINITY, f64::min),
+        f64::floor,
+    );
+    let y_hi =
+        decade(points.iter().map(|p| p.p99).fold(0.01, f64::max), f64::ceil).max(y_lo * 10.0);
+    let root = SVGBackend::with_string(svg, (720, 440)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 15))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_top, (y_lo..y_hi).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_labels(6)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|ms| trim_ms(*ms))
+        .x_desc("sagas/s (CreateOrder with wait, until terminal)")
+        .y_desc("latency, ms (log scale)")
+        .draw()?;
+    let curves: [Curve; 2] = [
+        ("p50", RGBColor(0x1f, 0x77, 0xb4), |p| p.p50, 14),
+        ("p99", RGBColor(0xd6, 0x27, 0x28), |p| p.p99, -10),
+    ];
+    for (name, colour, latency, label_dy) in curves {
+        let line = points.iter().map(|p| (p.rate, latency(p)));
+        chart
+            .draw_series(LineSeries::new(line, colour.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 26, y)], colour.stroke_width(2)));
+        let label = ("sans-serif", 12)
+            .into_font()
+            .color(&colour)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        chart.draw_series(points.iter().map(|p| {
+            EmptyElement::at((p.rate, latency(p)))
+                + Circle::new((0, 0), 3.5, colour.filled())
+                + Text::new(format!("c={}", p.concurrency), (0, label_dy), label.clone())
+        }))?;
     }
-
-    /// Sagas/s → px.
-    fn x(&self, v: f64) -> f64 {
-        LEFT + v / self.x_top * (W - LEFT - RIGHT)
-    }
-
-    /// Latency ms → px (log scale).
-    fn y(&self, ms: f64) -> f64 {
-        TOP + (self.y_hi - ms.log10()) / (self.y_hi - self.y_lo) * (H - TOP - BOTTOM)
-    }
-
-    /// The `<svg>` element, a white background and the title.
-    fn header(&self, s: &mut String, title: &str) {
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
-            W / 2.0,
-            escape(title)
-        );
-    }
-
-    /// Six vertical grid lines with their throughput.
-    fn x_grid(&self, s: &mut String) {
-        for i in 0..=5 {
-            let v = self.x_top * f64::from(i) / 5.0;
-            let _ = writeln!(
-                s,
-                r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#ddd"/><text x="{0:.1}" y="{3}" text-anchor="middle">{4:.0}</text>"##,
-                self.x(v),
-                TOP,
-                H - BOTTOM,
-                H - BOTTOM + 18.0,
-                v
-            );
-        }
-    }
-
-    /// Horizontal grid lines at 1, 2 and 5 × each decade, with their
-    /// latency (the decades darker).
-    fn y_grid(&self, s: &mut String) {
-        let mut decade = self.y_lo;
-        while decade <= self.y_hi {
-            for m in [1.0, 2.0, 5.0] {
-                let ms = 10f64.powf(decade) * m;
-                if ms > 10f64.powf(self.y_hi) * 1.0001 {
-                    break;
-                }
-                let _ = writeln!(
-                    s,
-                    r##"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{3}"/><text x="{4}" y="{5:.1}" text-anchor="end">{6}</text>"##,
-                    LEFT,
-                    self.y(ms),
-                    W - RIGHT,
-                    if m == 1.0 { "#bbb" } else { "#eee" },
-                    LEFT - 6.0,
-                    self.y(ms) + 4.0,
-                    trim_ms(ms)
-                );
-            }
-            decade += 1.0;
-        }
-    }
-
-    /// The plotting area's border and the axis titles.
-    fn frame(&self, s: &mut String) {
-        let _ = writeln!(
-            s,
-            r##"<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="#333"/>"##,
-            W - LEFT - RIGHT,
-            H - TOP - BOTTOM
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">sagas/s (CreateOrder with wait, until terminal)</text>"#,
-            (LEFT + W - RIGHT) / 2.0,
-            H - 18.0
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">latency, ms (log scale)</text>"#,
-            (TOP + H - BOTTOM) / 2.0
-        );
-    }
-
-    /// One curve: the line through the points, each point with its
-    /// concurrency, and the legend entry.
-    fn curve(&self, s: &mut String, points: &[PlotPoint], curve: &Curve) {
-        let Curve {
-            latency,
-            colour,
-            name,
-            label_dy,
-            legend_y,
-        } = curve;
-        let path: Vec<String> = points
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", self.x(p.rate), self.y(latency(p))))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
-            path.join(" ")
-        );
-        for p in points {
-            let v = latency(p);
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{colour}"/><text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{colour}">c={}</text>"#,
-                self.x(p.rate),
-                self.y(v),
-                self.x(p.rate),
-                self.y(v) + label_dy,
-                p.concurrency
-            );
-        }
-        let _ = writeln!(
-            s,
-            r#"<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="{colour}" stroke-width="2"/><text x="{3}" y="{4}">{name}</text>"#,
-            LEFT + 14.0,
-            legend_y,
-            LEFT + 40.0,
-            LEFT + 46.0,
-            legend_y + 4.0
-        );
-    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
 }
 
 /// The smallest 1, 2 or 5 × 10^k at or above `v`.
@@ -450,12 +305,6 @@ fn trim_ms(ms: f64) -> String {
         let s = format!("{ms:.3}");
         s.trim_end_matches('0').to_owned()
     }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// Writes the JSON (and the plot, when asked); says where.
@@ -478,7 +327,9 @@ pub fn write(plan: &Plan, out: &Outcome) {
                 .join(", "),
             out.store
         );
-        match std::fs::write(path, svg(out, &title)) {
+        let written =
+            svg(out, &title).and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+        match written {
             Ok(()) => println!("sweep plot written to {}", path.display()),
             Err(e) => eprintln!("loadgen: writing {}: {e}", path.display()),
         }
@@ -494,5 +345,39 @@ mod tests {
         assert_eq!(nice_ceiling(4300.0), 5000.0);
         assert_eq!(nice_ceiling(5200.0), 10000.0);
         assert_eq!(nice_ceiling(180.0), 200.0);
+    }
+
+    #[test]
+    fn the_plot_shows_both_curves_and_every_level() {
+        let point = |concurrency, rate, p50, p99| PlotPoint {
+            concurrency,
+            rate,
+            p50,
+            p99,
+        };
+        let points = [
+            point(1, 120.0, 0.8, 2.5),
+            point(16, 1_900.0, 3.1, 9.0),
+            point(64, 4_300.0, 12.0, 40.0),
+        ];
+        let mut svg = String::new();
+        draw(&mut svg, &points, "saga latency & throughput").expect("drawn");
+        if let Ok(path) = std::env::var("SWEEP_PLOT_SAMPLE") {
+            std::fs::write(path, &svg).expect("write the sample");
+        }
+        assert!(svg.starts_with("<svg"), "{svg}");
+        for shown in [
+            "saga latency &amp; throughput",
+            "c=1",
+            "c=16",
+            "c=64",
+            "p50",
+            "p99",
+            "sagas/s (CreateOrder with wait, until terminal)",
+            "latency, ms (log scale)",
+        ] {
+            // plotters writes each text on a line of its own.
+            assert!(svg.lines().any(|l| l == shown), "{shown} not in\n{svg}");
+        }
     }
 }

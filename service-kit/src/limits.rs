@@ -1,22 +1,24 @@
-//! Retention, written once for the three services: how long finished work
-//! is kept, the one function that says how long a participant must keep its
-//! operationHistory, and the periodic purge loop of the embedded stores.
+//! The orchestrator's limits, written once for the three services: the
+//! numbers that bound how long calls for one request id keep reaching a
+//! participant ([`CallLimits`]), their defaults, the bounds and parsers of
+//! the flags that set them, and the duration flags' spelling.
 //!
-//! Why the minimum lives here: a participant's barrier record may only go
+//! Why the limits live here: a participant's barrier record may only go
 //! once no call for its request id can still arrive, and *when* that is
 //! depends on the orchestrator's limits (call timeout, attempt budgets,
-//! step deadline, backoff, lease). Participants do not know the
-//! orchestrator's settings, so both sides compute the bound with the same
-//! function over [`CallLimits`]: the orchestrator from its actual settings
-//! (it logs what the participants need), a participant from the
-//! orchestrator's defaults or from its own flags mirroring them (same names
-//! and environment variables, so one environment configures both).
+//! step deadline, backoff, lease) and on how many steps a saga has.
+//! Participants do not know the orchestrator's settings, so both sides
+//! compute the bound with the same function over [`CallLimits`]: the
+//! orchestrator from its actual settings and its saga definition (it logs
+//! what the participants need), a participant from its own flags mirroring
+//! them (same names and environment variables, so one environment
+//! configures all three; `--saga-steps` is the participants' own, as the
+//! orchestrator reads the count from its definition).
+//!
+//! Durations are written as people write them (`7d`, `36h`, `1h30m`,
+//! `90s`, `250ms`) and parsed and printed by `humantime`.
 
-use crate::shutdown::Shutdown;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Largest value a millisecond limit flag accepts (`--call-timeout-ms`,
 /// `--lease-ttl-ms`, `--max-wait-ms`, …): 7 days. Nothing needs more, and
@@ -27,6 +29,8 @@ pub const MAX_LIMIT_MS: u64 = 7 * 86_400_000;
 /// Largest attempt budget a flag accepts (`--action-attempts`,
 /// `--compensation-attempts`), for the same reason.
 pub const MAX_ATTEMPTS: u32 = 1_000_000;
+/// Largest step count `--saga-steps` accepts, for the same reason.
+pub const MAX_SAGA_STEPS: u32 = 1_000;
 
 /// The parser of a millisecond limit flag: 0 to [`MAX_LIMIT_MS`].
 pub fn limit_ms_parser() -> clap::builder::RangedU64ValueParser<u64> {
@@ -36,6 +40,11 @@ pub fn limit_ms_parser() -> clap::builder::RangedU64ValueParser<u64> {
 /// The parser of an attempt budget flag: 0 to [`MAX_ATTEMPTS`].
 pub fn attempts_parser() -> clap::builder::RangedI64ValueParser<u32> {
     clap::builder::RangedI64ValueParser::new().range(..=i64::from(MAX_ATTEMPTS))
+}
+
+/// The parser of a step count flag: 1 to [`MAX_SAGA_STEPS`].
+pub fn saga_steps_parser() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::builder::RangedI64ValueParser::new().range(1..=i64::from(MAX_SAGA_STEPS))
 }
 
 /// The orchestrator's default deadline of one participant call (ms).
@@ -54,20 +63,18 @@ pub const DEFAULT_RETRY_MAX_DELAY_MS: u64 = 2_000;
 /// How long the orchestrator waits for a connection to a participant
 /// before a call's own deadline starts (not configurable).
 pub const PARTICIPANT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Steps of the longest saga the orchestrator runs by default (its order
-/// saga has two). Only the count matters here — a step's compensation waits
-/// for every later step — so the runtime knows a number, not a saga.
-pub const DEFAULT_SAGA_STEPS: u32 = 2;
+/// Steps of the order saga the orchestrator runs (payment, then
+/// inventory): the default of a participant's `--saga-steps`, since the
+/// participants that ship here take part in that saga. Only the count
+/// matters — a step's compensation waits for every later step — so the
+/// runtime knows a number, not a saga; the orchestrator counts its
+/// definition's steps itself, and its tests check this number against it.
+pub const ORDER_SAGA_STEPS: u32 = 2;
 /// Finished sagas are kept this long by default (7 days).
 pub const DEFAULT_SAGA_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// A participant's default history retention is at least this multiple of
 /// the minimum.
 pub const HISTORY_RETENTION_MULTIPLE: u32 = 24;
-/// How often the embedded stores purge by default.
-pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10);
-/// Most rows one purge batch deletes: one small job of the embedded
-/// store's group commit, never a transaction that stalls the writer.
-pub const PURGE_BATCH: usize = 500;
 
 /// The orchestrator limits that bound how long calls for one request id
 /// keep arriving at a participant.
@@ -85,13 +92,14 @@ pub struct CallLimits {
     pub lease_ttl: Duration,
     /// Longest backoff delay (a full-jitter sleep reaches twice it).
     pub retry_max_delay: Duration,
-    /// Steps of the saga (a step's compensation waits for every later step).
+    /// Steps of the longest saga (a step's compensation waits for every
+    /// later step).
     pub steps: u32,
 }
 
-impl Default for CallLimits {
-    /// The orchestrator's defaults.
-    fn default() -> Self {
+impl CallLimits {
+    /// The orchestrator's default limits, for a saga of `steps` steps.
+    pub fn orchestrator_defaults(steps: u32) -> Self {
         CallLimits {
             call_timeout: Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS),
             action_attempts: DEFAULT_ACTION_ATTEMPTS,
@@ -99,12 +107,10 @@ impl Default for CallLimits {
             step_deadline: Duration::from_millis(DEFAULT_STEP_DEADLINE_MS),
             lease_ttl: Duration::from_millis(DEFAULT_LEASE_TTL_MS),
             retry_max_delay: Duration::from_millis(DEFAULT_RETRY_MAX_DELAY_MS),
-            steps: DEFAULT_SAGA_STEPS,
+            steps,
         }
     }
-}
 
-impl CallLimits {
     /// One attempt and the sleep after it: the wait for a connection, the
     /// call's deadline and a full-jitter backoff (up to twice the largest
     /// delay).
@@ -159,9 +165,12 @@ impl CallLimits {
     /// compensation (a step is compensated only after the later steps'),
     /// and one lease takeover per step (an instance dies, another resumes
     /// after the lease and, its step deadline counted from then, may call
-    /// for a second forward span).
+    /// for a second forward span). The flags' bounds keep it far from
+    /// overflowing; a definition with more steps than any flag allows
+    /// saturates instead of panicking.
     pub fn longest_request_span(&self) -> Duration {
-        (self.forward_span() * 2 + self.compensation_span() + self.lease_ttl) * self.steps.max(1)
+        (self.forward_span() * 2 + self.compensation_span() + self.lease_ttl)
+            .saturating_mul(self.steps.max(1))
     }
 
     /// The shortest safe operationHistory retention: twice the longest
@@ -170,14 +179,17 @@ impl CallLimits {
     /// network beyond its deadline, a participant still working on a call
     /// its caller gave up on.
     pub fn minimum_history_retention(&self) -> Duration {
-        self.longest_request_span() * 2
+        self.longest_request_span().saturating_mul(2)
     }
 
     /// The default history retention: the saga retention (so the console
     /// can show a saga's participant records as long as the saga exists),
     /// and never less than [`HISTORY_RETENTION_MULTIPLE`] × the minimum.
     pub fn default_history_retention(&self) -> Duration {
-        DEFAULT_SAGA_RETENTION.max(self.minimum_history_retention() * HISTORY_RETENTION_MULTIPLE)
+        DEFAULT_SAGA_RETENTION.max(
+            self.minimum_history_retention()
+                .saturating_mul(HISTORY_RETENTION_MULTIPLE),
+        )
     }
 
     /// The history retention to run with: `configured` (a
@@ -221,44 +233,24 @@ impl std::fmt::Display for CallLimits {
     }
 }
 
-/// Parses a duration: a number with a unit (`ms`, `s`, `m`, `h`, `d`),
-/// several joined (`1h30m`); a bare `0` is zero.
+/// Parses a duration flag: a number with a unit (`ms`, `s`, `m`, `h`, `d`,
+/// and the longer spellings `humantime` knows, such as `min` or `days`),
+/// several joined with or without spaces (`1h30m`, `1h 30m`); a bare `0` is
+/// zero. At most `u64::MAX` milliseconds, so every duration flag converts
+/// to an i64 or u64 of milliseconds without overflow checks downstream.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
     }
-    let bad = || format!("{text:?}: expected a duration like 7d, 12h, 30m, 90s or 500ms");
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(bad());
+    let bad = |why: String| {
+        format!("{text:?}: expected a duration like 7d, 12h, 30m, 90s or 500ms ({why})")
+    };
+    let duration = humantime::parse_duration(text).map_err(|e| bad(e.to_string()))?;
+    if duration.as_millis() > u128::from(u64::MAX) {
+        return Err(bad("too long".into()));
     }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        if digits == 0 {
-            return Err(bad());
-        }
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let millis = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        let part = number.checked_mul(millis).ok_or_else(bad)?;
-        total = total
-            .checked_add(Duration::from_millis(part))
-            .ok_or_else(bad)?;
-    }
-    Ok(total)
+    Ok(duration)
 }
 
 /// Parses a retention: `off` (keep forever) or a positive duration.
@@ -272,158 +264,10 @@ pub fn parse_retention(text: &str) -> Result<Option<Duration>, String> {
     }
 }
 
-/// A duration as people write it: `7d`, `22m20s`, `1s500ms`.
+/// A duration as people write it, in the form [`parse_duration`] reads
+/// back: `7days`, `22m 20s 500ms`.
 pub fn format_duration(d: Duration) -> String {
-    let mut ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    if ms == 0 {
-        return "0s".to_owned();
-    }
-    let mut out = String::new();
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ] {
-        if ms >= size {
-            out.push_str(&format!("{}{unit}", ms / size));
-            ms %= size;
-        }
-    }
-    out
-}
-
-/// What one purge batch deleted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PurgeBatch {
-    /// How many of each kind (`sagas`, `records`, `lines`).
-    pub deleted: Vec<(&'static str, u64)>,
-    /// Whether a kind filled its batch: there may be more to delete now.
-    pub more: bool,
-}
-
-impl PurgeBatch {
-    /// Everything deleted.
-    pub fn total(&self) -> u64 {
-        self.deleted.iter().map(|(_, n)| n).sum()
-    }
-}
-
-/// A store's own accounting, for the gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StoreStats {
-    /// Bytes the store occupies by its own count (SQLite: page_count ×
-    /// page_size; MongoDB: collStats size + index size).
-    pub size_bytes: Option<u64>,
-    /// When the oldest finished saga still stored finished (ms since the
-    /// epoch); `None` for stores without sagas or without finished ones.
-    pub oldest_finished_ms: Option<i64>,
-}
-
-/// A boxed future, so [`Purger`] is object-safe without an extra crate.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What the purge loop needs from a store.
-pub trait Purger: Send + Sync + 'static {
-    /// Deletes one batch (at most [`PURGE_BATCH`] of each kind) of what
-    /// expired before `now_ms`, counting it in the store's own metrics.
-    /// Stores that expire by themselves (MongoDB TTL indexes) delete
-    /// nothing here.
-    fn purge_batch(&self, now_ms: i64) -> BoxFuture<'_, Result<PurgeBatch, String>>;
-
-    /// After a round: gives back free space beyond what the next round will
-    /// reuse (SQLite incremental vacuum); how many bytes were released.
-    fn reclaim(&self) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async { Ok(0) })
-    }
-
-    /// The store's size and oldest finished saga.
-    fn stats(&self) -> BoxFuture<'_, Result<StoreStats, String>>;
-}
-
-/// Gives the retention metrics their `# HELP` text.
-pub fn describe() {
-    metrics::describe_gauge!(
-        "store_size_bytes",
-        "Size of the service's store by its own accounting: SQLite page_count × page_size (WAL excluded); MongoDB collStats size + totalIndexSize of the service's collections (SecantusDB reports logical BSON size)."
-    );
-    metrics::describe_gauge!(
-        "saga_oldest_finished_age_seconds",
-        "Age of the oldest COMPLETED or CANCELLED saga still stored (0 when there is none)."
-    );
-    metrics::describe_histogram!(
-        "store_purge_batch_seconds",
-        "Duration of one purge batch (embedded stores)."
-    );
-}
-
-/// Runs purge rounds every `interval` until `shutdown`: batches until one
-/// comes back without more to do (an INFO line per batch that deleted
-/// something), then `reclaim`, then the gauges `store_size_bytes{service}`
-/// and, where the store has sagas, `saga_oldest_finished_age_seconds`.
-/// Errors are logged and the next round tries again.
-pub async fn run_purge_loop(
-    purger: Arc<dyn Purger>,
-    service: &'static str,
-    interval: Duration,
-    shutdown: Shutdown,
-) {
-    loop {
-        purge_round(purger.as_ref(), service, &shutdown).await;
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.wait() => return,
-        }
-    }
-}
-
-/// One round of [`run_purge_loop`].
-pub async fn purge_round(purger: &dyn Purger, service: &'static str, shutdown: &Shutdown) {
-    while !shutdown.is_triggered() {
-        let started = Instant::now();
-        match purger.purge_batch(crate::time::now_ms()).await {
-            Ok(batch) => {
-                let took = started.elapsed();
-                if batch.total() > 0 {
-                    metrics::histogram!("store_purge_batch_seconds", "service" => service)
-                        .record(took.as_secs_f64());
-                    tracing::info!(
-                        service,
-                        deleted = ?batch.deleted,
-                        took_ms = took.as_secs_f64() * 1e3,
-                        "purge batch"
-                    );
-                }
-                if !batch.more {
-                    break;
-                }
-                // Let queued writes go first between batches.
-                tokio::task::yield_now().await;
-            }
-            Err(error) => {
-                tracing::warn!(service, %error, "purge failed; the next round retries");
-                break;
-            }
-        }
-    }
-    match purger.reclaim().await {
-        Ok(0) => {}
-        Ok(bytes) => tracing::info!(service, bytes, "released free pages to the file system"),
-        Err(error) => tracing::warn!(service, %error, "reclaiming free pages failed"),
-    }
-    match purger.stats().await {
-        Ok(stats) => {
-            if let Some(size) = stats.size_bytes {
-                metrics::gauge!("store_size_bytes", "service" => service).set(size as f64);
-            }
-            if let Some(oldest) = stats.oldest_finished_ms {
-                let age_ms = (crate::time::now_ms() - oldest).max(0);
-                metrics::gauge!("saga_oldest_finished_age_seconds").set(age_ms as f64 / 1e3);
-            }
-        }
-        Err(error) => tracing::warn!(service, %error, "reading the store size failed"),
-    }
+    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]
@@ -435,7 +279,7 @@ mod tests {
     /// default 60 s does not, and the message names the fix.
     #[test]
     fn the_transaction_lifetime_must_be_shorter_than_a_steps_retries() {
-        let limits = CallLimits::default();
+        let limits = CallLimits::orchestrator_defaults(ORDER_SAGA_STEPS);
         assert_eq!(limits.least_forward_span(), Duration::from_secs(25));
         assert!(
             limits
@@ -463,15 +307,26 @@ mod tests {
         );
     }
 
+    /// Every spelling the flags, the docs and the tests use parses; what
+    /// is printed parses back to the same duration.
     #[test]
     fn durations_parse_and_print_as_people_write_them() {
         for (text, ms) in [
             ("7d", 7 * 86_400_000),
             ("36h", 36 * 3_600_000),
+            ("12h", 12 * 3_600_000),
+            ("30m", 30 * 60_000),
+            ("10m", 10 * 60_000),
             ("1h30m", 90 * 60_000),
+            ("1h 30m", 90 * 60_000),
             ("90s", 90_000),
+            ("10s", 10_000),
+            ("1s", 1_000),
             ("250ms", 250),
+            ("1s500ms", 1_500),
             ("0", 0),
+            (" 2d ", 2 * 86_400_000),
+            ("1.5h", 90 * 60_000),
         ] {
             assert_eq!(
                 parse_duration(text),
@@ -479,16 +334,29 @@ mod tests {
                 "{text}"
             );
         }
-        for bad in ["", "7", "d", "1x", "-1s", "1.5h"] {
+        for bad in ["", "7", "d", "1x", "-1s", "ms", "1h-30m"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        let too_long = parse_duration("999999999999999999s").unwrap_err();
+        assert!(too_long.contains("too long"), "{too_long}");
         assert_eq!(parse_retention("off"), Ok(None));
+        assert_eq!(parse_retention("OFF"), Ok(None));
+        assert_eq!(
+            parse_retention("7d"),
+            Ok(Some(Duration::from_secs(7 * 86_400)))
+        );
         assert!(parse_retention("0").is_err());
+        assert!(parse_retention("soon").is_err());
         assert_eq!(
             format_duration(Duration::from_millis(1_340_500)),
-            "22m20s500ms"
+            "22m 20s 500ms"
         );
-        assert_eq!(format_duration(DEFAULT_SAGA_RETENTION), "7d");
+        assert_eq!(format_duration(DEFAULT_SAGA_RETENTION), "7days");
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+        for ms in [1, 999, 1_000, 90_000, 1_340_500, 86_400_000 + 1, u64::MAX] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d), "{ms} ms");
+        }
     }
 
     /// The minimum with the orchestrator's defaults, worked out by hand:
@@ -498,7 +366,7 @@ mod tests {
     /// steps 930 s; twice that 1,860 s.
     #[test]
     fn the_minimum_history_retention_follows_the_orchestrator_limits() {
-        let limits = CallLimits::default();
+        let limits = CallLimits::orchestrator_defaults(ORDER_SAGA_STEPS);
         assert_eq!(limits.forward_span(), Duration::from_secs(60));
         assert_eq!(limits.compensation_span(), Duration::from_secs(330));
         assert_eq!(limits.longest_request_span(), Duration::from_secs(930));

@@ -1,0 +1,278 @@
+//! A step served by any participant of the generic contract,
+//! `participant.v1.SagaStepService` (docs/participant-protocol.md): Act to
+//! do it, Compensate to undo it, both with the step's request id and the
+//! saga's order.
+//!
+//! The contract says which answers mean what by field and status code,
+//! never by text, and this is where it is read: `OUTCOME_APPLIED` and a
+//! confirmed compensation are done, `OUTCOME_REFUSED` (or a refusal code)
+//! compensates, and everything else — a status that may pass, an
+//! unspecified or unknown outcome, a reply that cannot be read or is over
+//! [`MAX_REPLY_BYTES`] — leaves the outcome unknown, so the call is
+//! retried within its budget. A participant written by someone else can
+//! answer anything; none of it panics or grows memory without bound.
+
+use super::call::Caller;
+use crate::saga::{Saga, Step};
+use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
+use async_trait::async_trait;
+use saga_proto::participant::v1 as pb;
+use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
+use saga_proto::participant::v1::saga_step_service_client::SagaStepServiceClient;
+use service_kit::channel::GrpcChannel;
+use tonic::{Code, Status};
+
+/// Largest reply read from a participant of the generic contract; a larger
+/// one is an unknown outcome (retried), not decoded.
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+
+/// A step whose participant implements `participant.v1.SagaStepService`.
+pub struct GenericStep {
+    name: &'static str,
+    action: &'static str,
+    compensation: &'static str,
+    client: SagaStepServiceClient<GrpcChannel>,
+    history: OperationHistoryServiceClient<GrpcChannel>,
+    caller: Caller,
+}
+
+impl GenericStep {
+    /// The step `name` (its action and compensation labelled as given) over
+    /// a channel to its participant.
+    pub fn new(
+        name: &'static str,
+        action: &'static str,
+        compensation: &'static str,
+        channel: GrpcChannel,
+        caller: Caller,
+    ) -> Self {
+        GenericStep {
+            name,
+            action,
+            compensation,
+            client: SagaStepServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_REPLY_BYTES),
+            history: OperationHistoryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_REPLY_BYTES),
+            caller,
+        }
+    }
+
+    fn call(&self, saga: &Saga, step: &Step, attempt: u32) -> pb::StepCall {
+        let order = &saga.order;
+        pb::StepCall {
+            request_id: step.request_id.clone(),
+            saga_id: saga.saga_id.clone(),
+            step: self.name.to_owned(),
+            attempt,
+            order: Some(pb::Order {
+                order_id: order.order_id.clone(),
+                customer_id: order.customer_id.clone(),
+                lines: order
+                    .items
+                    .iter()
+                    .map(|item| pb::OrderLine {
+                        product_id: item.product_id.clone(),
+                        quantity: item.quantity,
+                        unit_price_cents: item.unit_price_cents,
+                    })
+                    .collect(),
+                total_cents: order.total_cents,
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl SagaStep for GenericStep {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn action(&self) -> &'static str {
+        self.action
+    }
+
+    fn compensation(&self) -> &'static str {
+        self.compensation
+    }
+
+    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+        let call = self.call(saga, step, step.attempts);
+        let reply = self
+            .client
+            .clone()
+            .act(self.caller.request(saga, call))
+            .await;
+        act_outcome(reply.map(tonic::Response::into_inner))
+    }
+
+    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+        let call = self.call(saga, step, step.compensation_attempts);
+        let reply = self
+            .client
+            .clone()
+            .compensate(self.caller.request(saga, call))
+            .await;
+        compensation_outcome(reply.map(tonic::Response::into_inner))
+    }
+
+    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+        self.caller
+            .records(&self.history, saga, &step.request_id)
+            .await
+    }
+}
+
+/// Statuses that say an Act can never succeed: a refusal, as the contract
+/// lists them. OUT_OF_RANGE is not among them: it is also what the gRPC
+/// client itself reports for a reply over its size limit, an outcome it
+/// could not read.
+fn is_refusal(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::AlreadyExists | Code::NotFound
+    )
+}
+
+/// What an Act's answer means (see the module doc).
+pub fn act_outcome(reply: Result<pb::ActReply, Status>) -> StepOutcome {
+    use pb::act_reply::Outcome;
+    match reply {
+        Ok(reply) => match Outcome::try_from(reply.outcome) {
+            Ok(Outcome::Applied) => StepOutcome::Done,
+            Ok(Outcome::Refused) => StepOutcome::Refused(refusal(&reply)),
+            Ok(Outcome::Unspecified) => {
+                StepOutcome::Transient("the participant answered no outcome".to_owned())
+            }
+            Err(_) => StepOutcome::Transient(format!(
+                "the participant answered an unknown outcome ({})",
+                reply.outcome
+            )),
+        },
+        Err(status) if is_refusal(status.code()) => StepOutcome::Refused(described(&status)),
+        Err(status) => StepOutcome::Transient(described(&status)),
+    }
+}
+
+/// What a Compensate's answer means: a confirmation with any known effect,
+/// else not confirmed (retried).
+pub fn compensation_outcome(reply: Result<pb::CompensateReply, Status>) -> StepOutcome {
+    use pb::CompensationEffect as Effect;
+    match reply {
+        Ok(reply) => match Effect::try_from(reply.effect) {
+            Ok(Effect::Undone | Effect::NullCompensation | Effect::NothingToUndo) => {
+                StepOutcome::Done
+            }
+            Ok(Effect::Unspecified) => StepOutcome::Transient(
+                "the participant answered no compensation effect".to_owned(),
+            ),
+            Err(_) => StepOutcome::Transient(format!(
+                "the participant answered an unknown compensation effect ({})",
+                reply.effect
+            )),
+        },
+        Err(status) => StepOutcome::Transient(described(&status)),
+    }
+}
+
+/// A refusal's reason for the saga: its code and detail (the engine keeps
+/// at most 1 KB of it).
+fn refusal(reply: &pb::ActReply) -> String {
+    match (reply.reason_code.is_empty(), reply.detail.is_empty()) {
+        (true, true) => "refused (no reason given)".to_owned(),
+        (false, true) => reply.reason_code.clone(),
+        (true, false) => reply.detail.clone(),
+        (false, false) => format!("{}: {}", reply.reason_code, reply.detail),
+    }
+}
+
+fn described(status: &Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::act_reply::Outcome;
+
+    fn act(outcome: i32, reason_code: &str, detail: &str) -> Result<pb::ActReply, Status> {
+        Ok(pb::ActReply {
+            outcome,
+            reason_code: reason_code.into(),
+            detail: detail.into(),
+            replayed: false,
+        })
+    }
+
+    #[test]
+    fn every_act_answer_is_read_by_field_or_code_never_by_text() {
+        let cases: Vec<(Result<pb::ActReply, Status>, StepOutcome)> = vec![
+            (act(Outcome::Applied as i32, "", "ship-1"), StepOutcome::Done),
+            (
+                act(Outcome::Refused as i32, "UNSHIPPABLE", "sku-x"),
+                StepOutcome::Refused("UNSHIPPABLE: sku-x".into()),
+            ),
+            (
+                act(Outcome::Refused as i32, "", ""),
+                StepOutcome::Refused("refused (no reason given)".into()),
+            ),
+            (
+                act(Outcome::Unspecified as i32, "", ""),
+                StepOutcome::Transient("the participant answered no outcome".into()),
+            ),
+            (
+                act(7, "", ""),
+                StepOutcome::Transient("the participant answered an unknown outcome (7)".into()),
+            ),
+            (
+                Err(Status::failed_precondition("insufficient")),
+                StepOutcome::Refused("FailedPrecondition: insufficient".into()),
+            ),
+            (
+                Err(Status::already_exists("reused")),
+                StepOutcome::Refused("AlreadyExists: reused".into()),
+            ),
+            (
+                Err(Status::unavailable("down")),
+                StepOutcome::Transient("Unavailable: down".into()),
+            ),
+            (
+                Err(Status::out_of_range("decoded message length too large")),
+                StepOutcome::Transient("OutOfRange: decoded message length too large".into()),
+            ),
+            (
+                Err(Status::unauthenticated("token")),
+                StepOutcome::Transient("Unauthenticated: token".into()),
+            ),
+        ];
+        for (reply, expected) in cases {
+            assert_eq!(act_outcome(reply.clone()), expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn a_compensation_is_confirmed_only_by_a_known_effect() {
+        use pb::CompensationEffect as Effect;
+        let reply = |effect: i32| {
+            Ok(pb::CompensateReply {
+                effect,
+                detail: String::new(),
+                replayed: true,
+            })
+        };
+        for effect in [Effect::Undone, Effect::NullCompensation, Effect::NothingToUndo] {
+            assert_eq!(compensation_outcome(reply(effect as i32)), StepOutcome::Done);
+        }
+        assert!(matches!(
+            compensation_outcome(reply(Effect::Unspecified as i32)),
+            StepOutcome::Transient(_)
+        ));
+        assert!(matches!(compensation_outcome(reply(42)), StepOutcome::Transient(_)));
+        // A refusal code does not confirm a compensation: it is retried.
+        assert!(matches!(
+            compensation_outcome(Err(Status::failed_precondition("no"))),
+            StepOutcome::Transient(_)
+        ));
+    }
+}

@@ -1,0 +1,143 @@
+//! Typed calls to started services for the scenarios: a connected
+//! channel, CreateOrder, balances and stocks, and waiting for a saga to end.
+
+use saga_proto::inventory::v1 as inventory;
+use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use saga_proto::payment::v1 as payment;
+use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use saga_proto::saga::v1 as saga;
+use saga_proto::saga::v1::order_service_client::OrderServiceClient;
+use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+use service_kit::auth::TokenAuth;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// A CreateOrder request; items are (product, quantity, unit price).
+pub fn order_request(
+    request_id: &str,
+    customer: &str,
+    items: &[(&str, i64, i64)],
+    wait: bool,
+) -> saga::CreateOrderRequest {
+    saga::CreateOrderRequest {
+        request_id: request_id.into(),
+        customer_id: customer.into(),
+        items: items
+            .iter()
+            .map(|(p, q, c)| saga::OrderItem {
+                product_id: (*p).into(),
+                quantity: *q,
+                unit_price_cents: *c,
+            })
+            .collect(),
+        wait,
+    }
+}
+
+/// CreateOrder without waiting at the orchestrator on `addr`; the new
+/// saga's id.
+pub async fn start_order(
+    addr: SocketAddr,
+    request_id: &str,
+    customer: &str,
+    items: &[(&str, i64, i64)],
+) -> String {
+    OrderServiceClient::new(channel(addr).await)
+        .create_order(order_request(request_id, customer, items, false))
+        .await
+        .expect("create")
+        .into_inner()
+        .saga_id
+}
+
+/// A connected channel (retrying while the server starts).
+pub async fn channel(addr: SocketAddr) -> Channel {
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("endpoint");
+    for _ in 0..100 {
+        if let Ok(channel) = endpoint.connect().await {
+            return channel;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("cannot connect to {addr}");
+}
+
+/// The balance of `customer` (GetAccount without a token).
+pub async fn balance(payment_addr: SocketAddr, customer: &str) -> i64 {
+    balance_as(payment_addr, customer, TokenAuth::open()).await
+}
+
+/// The balance of `customer`, read presenting `auth`'s token.
+pub async fn balance_as(payment_addr: SocketAddr, customer: &str, auth: TokenAuth) -> i64 {
+    PaymentServiceClient::with_interceptor(channel(payment_addr).await, auth)
+        .get_account(payment::GetAccountRequest {
+            customer_id: customer.into(),
+            operation_limit: 0,
+        })
+        .await
+        .expect("get account")
+        .into_inner()
+        .balance_cents
+}
+
+/// The stock of `product` (GetProduct without a token).
+pub async fn stock(inventory_addr: SocketAddr, product: &str) -> i64 {
+    stock_as(inventory_addr, product, TokenAuth::open()).await
+}
+
+/// The stock of `product`, read presenting `auth`'s token.
+pub async fn stock_as(inventory_addr: SocketAddr, product: &str, auth: TokenAuth) -> i64 {
+    InventoryServiceClient::with_interceptor(channel(inventory_addr).await, auth)
+        .get_product(inventory::GetProductRequest {
+            product_id: product.into(),
+            operation_limit: 0,
+        })
+        .await
+        .expect("get product")
+        .into_inner()
+        .available
+}
+
+/// The history entries of `saga` that record a change of its driver: a
+/// takeover, a claim or a resume (`engine::claim`'s details). Empty for a
+/// saga its creating instance drove to the end.
+pub fn ownership_changes(saga: &saga::Saga) -> Vec<&str> {
+    saga.history
+        .iter()
+        .map(|t| t.detail.as_str())
+        .filter(|d| {
+            d.starts_with("taken over")
+                || d.starts_with("claimed by")
+                || d.starts_with("resumed by")
+        })
+        .collect()
+}
+
+/// Polls GetSaga until the saga is terminal (or panics after `timeout`).
+pub async fn wait_terminal(addr: SocketAddr, saga_id: &str, timeout: Duration) -> saga::Saga {
+    let mut client = SagaServiceClient::new(channel(addr).await);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let s = client
+            .get_saga(saga::GetSagaRequest {
+                lookup: Some(saga::get_saga_request::Lookup::SagaId(saga_id.into())),
+            })
+            .await
+            .expect("get saga")
+            .into_inner();
+        let terminal = matches!(
+            s.status(),
+            saga::SagaStatus::Completed | saga::SagaStatus::Cancelled | saga::SagaStatus::Failed
+        );
+        if terminal {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "saga {saga_id} not terminal: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
