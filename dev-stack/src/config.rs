@@ -3,7 +3,7 @@
 //! that makes the zero-flag command work.
 
 use orchestrator::config::{
-    ConsoleConfig, EngineConfig, MetricsConfig, MongoConfig, RetentionConfig,
+    ConsoleConfig, EngineConfig, MetricsConfig, MongoConfig, RetentionConfig, StepsConfig,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -69,6 +69,11 @@ pub struct DevConfig {
     /// `--no-console`).
     #[command(flatten)]
     pub console: ConsoleConfig,
+    /// The saga's steps (`--steps-file`): the built-in two by default; a
+    /// file may add participants of the generic contract running
+    /// elsewhere (e.g. examples/nestjs-shipping).
+    #[command(flatten)]
+    pub steps: StepsConfig,
     /// Fault injection in both participants (each gets its own sequence),
     /// to watch retries and compensations happen.
     #[command(flatten)]

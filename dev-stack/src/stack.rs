@@ -164,7 +164,7 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         inventory_channel.clone(),
         config.engine.caller(options.service.clone()),
     )
-    .definition()?;
+    .definition_of(&config.steps.specs()?, &config.tls)?;
     let limits = config.engine.call_limits(definition.steps().len());
     let history = history_retention(&config, &limits)?;
     let (payment_store, inventory_store) = participant_stores(&config, history, &shutdown).await?;

@@ -302,6 +302,29 @@ impl ConsoleConfig {
     }
 }
 
+/// The saga's steps; shared by `serve` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StepsConfig {
+    /// A TOML file listing the saga's steps in order: the built-in
+    /// `payment` and `inventory`, or any `participant.v1.SagaStepService`
+    /// at an address (docs/participant-protocol.md). Without it: payment,
+    /// then inventory.
+    #[arg(long, env = "SAGA_STEPS_FILE")]
+    pub steps_file: Option<PathBuf>,
+}
+
+impl StepsConfig {
+    /// The configured steps, checked (one line naming the entry at fault).
+    pub fn specs(
+        &self,
+    ) -> Result<Vec<crate::steps_file::StepSpec>, crate::steps_file::StepsFileError> {
+        match &self.steps_file {
+            Some(path) => crate::steps_file::load(path),
+            None => Ok(crate::steps_file::default_steps()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, clap::Args)]
 /// `orchestrator serve`: the orchestrator alone, calling remote participants.
 pub struct ServeConfig {
@@ -317,6 +340,9 @@ pub struct ServeConfig {
     /// inventory-svc address.
     #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
     pub inventory_addr: String,
+    #[command(flatten)]
+    /// The saga's steps (`--steps-file`).
+    pub steps: StepsConfig,
     #[command(flatten)]
     /// The saga console (`--console-listen`, `--no-console`).
     pub console: ConsoleConfig,

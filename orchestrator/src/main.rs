@@ -47,12 +47,14 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         &shutdown,
     )
     .await?;
+    let specs = config.steps.specs()?;
     let definition = OrderParticipants::with_caller(
         orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?,
         orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?,
         config.engine.caller(config.service.build()?),
     )
-    .definition()?;
+    .definition_of(&specs, &config.tls)?;
+    tracing::info!(steps = ?definition.names().iter().map(|n| n.name).collect::<Vec<_>>(), "the saga's steps");
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
     let console = match config.console.listen() {

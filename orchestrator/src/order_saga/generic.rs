@@ -164,9 +164,9 @@ pub fn compensation_outcome(reply: Result<pb::CompensateReply, Status>) -> StepO
             Ok(Effect::Undone | Effect::NullCompensation | Effect::NothingToUndo) => {
                 StepOutcome::Done
             }
-            Ok(Effect::Unspecified) => StepOutcome::Transient(
-                "the participant answered no compensation effect".to_owned(),
-            ),
+            Ok(Effect::Unspecified) => {
+                StepOutcome::Transient("the participant answered no compensation effect".to_owned())
+            }
             Err(_) => StepOutcome::Transient(format!(
                 "the participant answered an unknown compensation effect ({})",
                 reply.effect
@@ -208,7 +208,10 @@ mod tests {
     #[test]
     fn every_act_answer_is_read_by_field_or_code_never_by_text() {
         let cases: Vec<(Result<pb::ActReply, Status>, StepOutcome)> = vec![
-            (act(Outcome::Applied as i32, "", "ship-1"), StepOutcome::Done),
+            (
+                act(Outcome::Applied as i32, "", "ship-1"),
+                StepOutcome::Done,
+            ),
             (
                 act(Outcome::Refused as i32, "UNSHIPPABLE", "sku-x"),
                 StepOutcome::Refused("UNSHIPPABLE: sku-x".into()),
@@ -261,14 +264,24 @@ mod tests {
                 replayed: true,
             })
         };
-        for effect in [Effect::Undone, Effect::NullCompensation, Effect::NothingToUndo] {
-            assert_eq!(compensation_outcome(reply(effect as i32)), StepOutcome::Done);
+        for effect in [
+            Effect::Undone,
+            Effect::NullCompensation,
+            Effect::NothingToUndo,
+        ] {
+            assert_eq!(
+                compensation_outcome(reply(effect as i32)),
+                StepOutcome::Done
+            );
         }
         assert!(matches!(
             compensation_outcome(reply(Effect::Unspecified as i32)),
             StepOutcome::Transient(_)
         ));
-        assert!(matches!(compensation_outcome(reply(42)), StepOutcome::Transient(_)));
+        assert!(matches!(
+            compensation_outcome(reply(42)),
+            StepOutcome::Transient(_)
+        ));
         // A refusal code does not confirm a compensation: it is retried.
         assert!(matches!(
             compensation_outcome(Err(Status::failed_precondition("no"))),
