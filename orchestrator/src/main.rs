@@ -28,6 +28,10 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// Start-up: the gRPC server answers health (liveness SERVING, readiness
+/// NOT_SERVING) from the bind on, while the saga store opens — MongoDB may
+/// not be up yet — and is ready once the store is open and the recovery
+/// sweep has started; it drains on SIGTERM/SIGINT.
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     service_kit::telemetry::init(config.engine.log_format);
     // Bad TLS files or token: a start-up error naming the flag.
@@ -38,6 +42,10 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     if config.metrics.start()?.is_some() {
         orchestrator::retention::describe();
     }
+    let listener = service_kit::server::bind(config.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "orchestrator answering health; ready once its store is open");
+    let mut server = orchestrator::grpc_server(&options, listener, &shutdown)?;
+    server.start();
     let retention = config.retention.settings();
     let store = orchestrator::open_saga_store(
         &config.mongo,
@@ -53,8 +61,6 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         config.engine.caller(config.service.build()?),
     )
     .definition()?;
-    let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
     let console = match config.console.listen() {
         Some(addr) => {
             let console = service_kit::server::bind(addr).await?;
@@ -75,14 +81,13 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     settings.console = config.console.settings();
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
-    orchestrator::serve_with_console(
+    orchestrator::serve_on(
         store,
         Arc::new(definition),
         settings,
         options,
-        listener,
+        server,
         console,
-        shutdown,
     )
     .await?;
     Ok(())
