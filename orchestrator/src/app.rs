@@ -114,6 +114,12 @@ pub struct Placed {
     pub created: bool,
 }
 
+/// Where new saga ids come from: a UUID v7 by default (the system clock and
+/// the OS's randomness, so ids sort by creation time); a simulation, which
+/// must be a function of its seed, gives a seeded source
+/// ([`Orchestrator::with_saga_ids`]).
+pub type SagaIds = Arc<dyn Fn() -> uuid::Uuid + Send + Sync>;
+
 /// How often a waiter re-reads the store in case a notification was missed.
 const WAIT_POLL: Duration = Duration::from_millis(500);
 
@@ -151,6 +157,7 @@ pub struct Orchestrator {
     hub: Arc<SagaHub>,
     shutdown: Shutdown,
     retry_window: Option<Duration>,
+    saga_ids: Option<SagaIds>,
 }
 
 impl Orchestrator {
@@ -167,6 +174,21 @@ impl Orchestrator {
             hub,
             shutdown,
             retry_window: None,
+            saga_ids: None,
+        }
+    }
+
+    /// New sagas take their ids from `ids` instead of a UUID v7.
+    pub fn with_saga_ids(mut self, ids: SagaIds) -> Self {
+        self.saga_ids = Some(ids);
+        self
+    }
+
+    /// A new saga's id.
+    fn new_saga_id(&self) -> String {
+        match &self.saga_ids {
+            Some(ids) => ids().to_string(),
+            None => uuid::Uuid::now_v7().to_string(),
         }
     }
 
@@ -187,7 +209,7 @@ impl Orchestrator {
         wait_until: Option<Instant>,
     ) -> Result<Placed, AppError> {
         let fingerprint = order.fingerprint();
-        let saga_id = uuid::Uuid::now_v7().to_string();
+        let saga_id = self.new_saga_id();
         let order_id = format!("order-{saga_id}");
         let domain = Order {
             order_id,
@@ -314,6 +336,7 @@ impl Orchestrator {
     ) -> Saga {
         if let Some(finished) = finished {
             tokio::select! {
+                biased;
                 done = finished => if let Ok(saga) = done {
                     return saga;
                 },
@@ -340,6 +363,7 @@ impl Orchestrator {
                 return saga;
             }
             tokio::select! {
+                biased;
                 newer = self.newer(&saga, watcher) => match newer {
                     Some(newer) => saga = newer,
                     None => return saga,
@@ -355,6 +379,7 @@ impl Orchestrator {
     async fn newer(&self, seen: &Saga, watcher: &mut Watcher) -> Option<Saga> {
         loop {
             tokio::select! {
+                biased;
                 changed = watcher.rx.changed() => {
                     if changed.is_err() {
                         // The hub forgot this saga; rely on polling.

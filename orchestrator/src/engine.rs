@@ -178,12 +178,16 @@ pub fn next(saga: &Saga) -> Next {
 
 /// The last step whose effect may exist and is not yet compensated.
 fn next_compensation(saga: &Saga) -> Option<usize> {
-    saga.steps.iter().rposition(|s| {
+    let undone = |s: &Step| {
         matches!(
             s.status,
             StepStatus::Succeeded | StepStatus::Running | StepStatus::Compensating
         )
-    })
+    };
+    if service_kit::defects::planted(service_kit::defects::Defect::CompensateInForwardOrder) {
+        return saga.steps.iter().position(undone);
+    }
+    saga.steps.iter().rposition(undone)
 }
 
 /// An outcome that does not fit the saga: a bug in whoever drives it,

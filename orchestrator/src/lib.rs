@@ -21,6 +21,8 @@
 //!   backends.
 //! - [`app`]: the use cases (create, get, list, recover).
 //! - [`grpc`] / [`convert`]: the thin `saga.v1` adapters and validation.
+//! - [`history_audit`]: whether a stored saga history is one linear
+//!   sequence of versions (the chaos audit and the simulation check it).
 //! - [`hub`]: wakes `wait`ing callers (and watchers) when their saga
 //!   changes.
 //! - [`console`]: the saga console — HTML pages and a JSON API over the
@@ -40,6 +42,7 @@ pub mod convert;
 pub mod engine;
 pub mod executor;
 pub mod grpc;
+pub mod history_audit;
 pub mod hub;
 pub mod order_saga;
 pub mod retention;

@@ -109,6 +109,7 @@ async fn run(
         min_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(2),
         step_deadline: Duration::from_secs(30),
+        jitter: Default::default(),
     };
     let lease = LeasePolicy {
         owner: "test".into(),

@@ -207,7 +207,7 @@ pub async fn record<T: HistoryTx, V>(
     };
     let mut row = OperationRecord::new(op, op.action_kind, status);
     row.detail = detail;
-    if !tx.insert(&row).await.map_err(Failure::Store)? {
+    if !tx.insert(&row).await.map_err(Failure::Store)? && !planted_duplicate(&outcome) {
         return Err(Failure::Taken);
     }
     Ok(match outcome {
@@ -220,6 +220,15 @@ pub async fn record<T: HistoryTx, V>(
             replayed: false,
         },
     })
+}
+
+/// The planted defect [`Defect::BarrierAcceptsDuplicate`] (never, unless a
+/// test planted it): an applied action whose key was taken keeps its effect.
+///
+/// [`Defect::BarrierAcceptsDuplicate`]: service_kit::defects::Defect::BarrierAcceptsDuplicate
+fn planted_duplicate<V>(outcome: &Result<V, Refusal>) -> bool {
+    outcome.is_ok()
+        && service_kit::defects::planted(service_kit::defects::Defect::BarrierAcceptsDuplicate)
 }
 
 /// The answer to an action whose key was taken, from the record that holds

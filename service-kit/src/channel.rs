@@ -42,6 +42,13 @@
 //!   a network partition) would otherwise time out every call sent on it
 //!   until the keep-alive ping noticed, up to 40 s — long enough to use up
 //!   a step's attempts and compensate sagas that did not need it.
+//!
+//! [`GrpcChannel::in_process`] puts any tower service in the place of
+//! tonic's channel: calls then go to that service (a deterministic
+//! simulation's network delivering them to a participant's generated tonic
+//! server in the same process), under the same deadline. Everything above
+//! the channel — the generated clients, tonic's codec, the deadline — is
+//! the code that runs in production.
 
 use crate::coalesced_writes::CoalescedWrites;
 use crate::tls::{TlsConfig, TlsError};
@@ -88,6 +95,8 @@ impl std::fmt::Debug for GrpcChannel {
 struct Shared {
     /// TLS, keep-alive; the TLS handshake timeout.
     endpoint: Endpoint,
+    /// Where calls go instead of a tonic channel ([`GrpcChannel::in_process`]).
+    in_process: Option<Mutex<InProcess>>,
     /// For [`Connector`].
     connect_timeout: Duration,
     /// The channel calls go to; `None` until the first call (a tonic
@@ -118,10 +127,37 @@ impl GrpcChannel {
         Ok(GrpcChannel {
             shared: Arc::new(Shared {
                 endpoint,
+                in_process: None,
                 connect_timeout,
                 current: Mutex::new(None),
             }),
         })
+    }
+
+    /// A channel whose calls go to `service` instead of over a connection
+    /// (named `uri`, which must be a valid `http://` URI): what a
+    /// simulation passes to deliver calls in-process, through its simulated
+    /// network, to a server's generated tonic service. The call deadline is
+    /// enforced as on a real channel.
+    pub fn in_process<S>(uri: &'static str, service: S) -> Self
+    where
+        S: tower_service::Service<
+                http::Request<Body>,
+                Response = http::Response<Body>,
+                Error = BoxError,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        GrpcChannel {
+            shared: Arc::new(Shared {
+                endpoint: Endpoint::from_static(uri),
+                in_process: Some(Mutex::new(InProcess::new(service))),
+                connect_timeout: Duration::ZERO,
+                current: Mutex::new(None),
+            }),
+        }
     }
 
     /// The server's URI (`https://` when TLS is used).
@@ -234,11 +270,23 @@ impl Service<http::Request<Body>> for GrpcChannel {
             timeout,
         });
         let shared = self.shared.clone();
-        let (channel, id) = shared.channel();
-        let reply = tower::ServiceExt::oneshot(channel, request);
+        let (reply, id): (ResponseHead, u64) = match &shared.in_process {
+            Some(service) => {
+                let service = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                (Box::pin(tower::ServiceExt::oneshot(service, request)), 0)
+            }
+            None => {
+                let (channel, id) = shared.channel();
+                let reply = tower::ServiceExt::oneshot(channel, request);
+                (
+                    Box::pin(async move { reply.await.map_err(BoxError::from) }),
+                    id,
+                )
+            }
+        };
         Box::pin(async move {
             let Some(mut deadline) = deadline else {
-                let response = reply.await.map_err(BoxError::from)?;
+                let response = reply.await?;
                 return Ok(response.map(|inner| ReplyBody {
                     inner,
                     deadline: None,
@@ -246,7 +294,7 @@ impl Service<http::Request<Body>> for GrpcChannel {
             };
             let response = tokio::select! {
                 biased;
-                response = reply => response.map_err(BoxError::from),
+                response = reply => response,
                 () = deadline.sleep.as_mut() => Err(deadline.exceeded()),
             };
             match response {
@@ -263,6 +311,14 @@ impl Service<http::Request<Body>> for GrpcChannel {
         })
     }
 }
+
+/// A call's response head on its way: from tonic's channel or from the
+/// in-process service.
+type ResponseHead =
+    Pin<Box<dyn Future<Output = Result<http::Response<Body>, BoxError>> + Send + 'static>>;
+
+/// The service an in-process channel calls.
+type InProcess = tower::util::BoxCloneService<http::Request<Body>, http::Response<Body>, BoxError>;
 
 /// Whether `error` is a call's deadline passing: this channel's own, or
 /// tonic's timer on the same `grpc-timeout` (which says `CANCELLED`).

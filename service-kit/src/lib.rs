@@ -40,6 +40,7 @@ pub mod channel;
 pub mod clock;
 pub mod coalesced_writes;
 pub mod deadline;
+pub mod defects;
 pub mod fingerprint;
 pub mod health;
 pub mod limits;

@@ -13,6 +13,7 @@ pub fn fast_retry() -> RetryPolicy {
         min_delay: Duration::from_millis(5),
         max_delay: Duration::from_millis(100),
         step_deadline: Duration::from_secs(30),
+        jitter: Default::default(),
     }
 }
 

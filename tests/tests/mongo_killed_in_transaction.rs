@@ -108,6 +108,7 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
         min_delay: Duration::from_millis(100),
         max_delay: Duration::from_secs(1),
         step_deadline: Duration::from_secs(60),
+        jitter: Default::default(),
     };
     let orchestrator =
         OrchestratorHarness::order_saga(storage.clone(), payment_addr, inventory.addr)

@@ -211,6 +211,7 @@ fn patient() -> RetryPolicy {
         min_delay: Duration::from_millis(20),
         max_delay: Duration::from_millis(500),
         step_deadline: Duration::from_secs(60),
+        jitter: Default::default(),
     }
 }
 

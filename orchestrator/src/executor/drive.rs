@@ -64,7 +64,11 @@ impl Executor {
                 outcome,
                 Outcome::Retrying(_) | Outcome::CompensationRetrying(_)
             );
+            let was_running = saga.status == crate::saga::SagaStatus::Running;
             engine::record_outcome(&mut saga, work, outcome, self.now_ms())?;
+            if was_running && planted_skip_before_compensation(&saga) {
+                continue;
+            }
             if !self.save_every_step
                 && engine::may_skip_save(&saga, work, progress.stored_this_step)
                 && self.lease_is_young(&saga)
@@ -136,6 +140,7 @@ impl Executor {
     /// meanwhile.
     pub(super) async fn pause(&self, delay: Duration) -> bool {
         tokio::select! {
+            biased;
             _ = self.clock.sleep(delay) => true,
             _ = self.shutdown.wait() => false,
         }
@@ -175,6 +180,16 @@ impl Executor {
             format_duration(window)
         ))
     }
+}
+
+/// The planted defect [`Defect::SkipSaveBeforeCompensation`] (never, unless
+/// a test planted it): the saga just began compensating and its save is
+/// left out.
+///
+/// [`Defect::SkipSaveBeforeCompensation`]: service_kit::defects::Defect::SkipSaveBeforeCompensation
+fn planted_skip_before_compensation(saga: &Saga) -> bool {
+    saga.status == crate::saga::SagaStatus::Compensating
+        && service_kit::defects::planted(service_kit::defects::Defect::SkipSaveBeforeCompensation)
 }
 
 /// Sends `step`'s action or compensation.

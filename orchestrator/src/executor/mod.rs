@@ -34,7 +34,7 @@ mod persist;
 mod policy;
 mod recovery;
 
-pub use policy::{Call, LeasePolicy, RetryPolicy};
+pub use policy::{Call, Jitter, LeasePolicy, RetryPolicy};
 
 use crate::engine;
 use crate::hub::SagaHub;

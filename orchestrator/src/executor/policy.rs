@@ -36,6 +36,44 @@ pub struct RetryPolicy {
     /// A forward step still failing transiently this long after it started
     /// is given up (and compensated), whatever attempts remain.
     pub step_deadline: Duration,
+    /// Where the backoff's jitter comes from (backon's own randomness
+    /// unless seeded).
+    pub jitter: Jitter,
+}
+
+/// The randomness of backoff jitter: backon's own (random) by default;
+/// [`Jitter::seeded`] makes every backoff sequence a function of one seed
+/// (each sequence drawn next from it), which a deterministic simulation
+/// needs. Shared by clones.
+#[derive(Clone, Default)]
+pub struct Jitter(Option<std::sync::Arc<std::sync::Mutex<u64>>>);
+
+impl std::fmt::Debug for Jitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Jitter(seeded)"
+        } else {
+            "Jitter(random)"
+        })
+    }
+}
+
+impl Jitter {
+    /// Jitter drawn from `seed`: the same seed, the same sleeps.
+    pub fn seeded(seed: u64) -> Self {
+        Jitter(Some(std::sync::Arc::new(std::sync::Mutex::new(seed))))
+    }
+
+    /// The seed of the next backoff sequence (splitmix64), if seeded.
+    fn next_seed(&self) -> Option<u64> {
+        let state = self.0.as_ref()?;
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Some(z ^ (z >> 31))
+    }
 }
 
 /// The shortest backoff delay by default.
@@ -51,6 +89,7 @@ impl Default for RetryPolicy {
             min_delay: DEFAULT_MIN_DELAY,
             max_delay: Duration::from_millis(DEFAULT_RETRY_MAX_DELAY_MS),
             step_deadline: Duration::from_millis(DEFAULT_STEP_DEADLINE_MS),
+            jitter: Jitter::default(),
         }
     }
 }
@@ -64,12 +103,15 @@ impl RetryPolicy {
 
     /// A fresh sequence of backoff delays.
     pub(crate) fn backoff(&self) -> backon::ExponentialBackoff {
-        ExponentialBuilder::default()
+        let builder = ExponentialBuilder::default()
             .with_min_delay(self.min_delay)
             .with_max_delay(self.max_delay)
             .with_jitter()
-            .without_max_times()
-            .build()
+            .without_max_times();
+        match self.jitter.next_seed() {
+            Some(seed) => builder.with_jitter_seed(seed).build(),
+            None => builder.build(),
+        }
     }
 
     /// The engine's outcome of one call that `reply` answered: a transient

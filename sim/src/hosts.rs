@@ -1,0 +1,198 @@
+//! Starting each kind of host over its surviving store: an orchestrator
+//! (the real executor, sweeper and CreateOrder use case behind its
+//! generated tonic server), payment-svc and inventory-svc (their real gRPC
+//! adapters, the participant kit's pipeline and barrier, the retention
+//! purge) — everything the binaries start, minus sockets and threads.
+
+use crate::disk::Disk;
+use crate::events::Events;
+use crate::host::{Incarnation, SimClock};
+use crate::net::Net;
+use crate::rng::Rng;
+use crate::scenario;
+use crate::store::{MemInventoryStore, MemPaymentStore, MemSagaStore};
+use crate::store::{SharedInventory, SharedPayment, SharedSagaTable};
+use orchestrator::app::Orchestrator;
+use orchestrator::executor::Executor;
+use orchestrator::hub::SagaHub;
+use orchestrator::order_saga::OrderParticipants;
+use orchestrator::retention::RetentionSettings;
+use orchestrator::store::SagaRetention;
+use participant_kit::{HistoryRetention, Kit};
+use service_kit::clock::SharedClock;
+use service_kit::shutdown::Shutdown;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::service::Routes;
+
+/// What every host of one run shares.
+#[derive(Clone)]
+pub struct Cluster {
+    /// The run's randomness.
+    pub rng: Rng,
+    /// The run's log.
+    pub events: Events,
+    /// The network.
+    pub net: Net,
+    /// Wall time at the start (ms since the epoch).
+    pub base_ms: i64,
+    /// Simulated time at the start.
+    pub start: Instant,
+    /// The saga store's committed state (shared by the orchestrators).
+    pub sagas: SharedSagaTable,
+    /// payment-svc's committed state.
+    pub payment: SharedPayment,
+    /// inventory-svc's committed state.
+    pub inventory: SharedInventory,
+    /// The seed of the orchestrators' backoff jitter.
+    pub seed: u64,
+}
+
+/// One host's lasting parts: its storage and its clock's skew.
+#[derive(Clone)]
+pub struct HostParts {
+    /// The host's name.
+    pub name: &'static str,
+    /// Its storage.
+    pub disk: Disk,
+    /// Its clock's skew (ms).
+    pub skew: Arc<AtomicI64>,
+}
+
+impl Cluster {
+    fn clock(&self, host: &HostParts, incarnation: &Incarnation) -> SharedClock {
+        Arc::new(SimClock::new(
+            self.base_ms,
+            self.start,
+            host.skew.clone(),
+            incarnation.clone(),
+        ))
+    }
+
+    /// Starts a new incarnation of `host`, answering on the network.
+    pub fn start(&self, host: &HostParts) -> Incarnation {
+        let incarnation = Incarnation::new();
+        let routes = match host.name {
+            "payment" => self.payment_svc(host, &incarnation),
+            "inventory" => self.inventory_svc(host, &incarnation),
+            _ => self.orchestrator(host, &incarnation),
+        };
+        self.net.serve(host.name, routes, incarnation.clone());
+        self.events.log(format!("host {}: started", host.name));
+        incarnation
+    }
+
+    fn kit(&self, clock: SharedClock) -> Kit {
+        Kit::plain()
+            .with_clock(clock)
+            .with_history(HistoryRetention {
+                keep: scenario::history_retention(),
+                purge_interval: Duration::from_secs(1),
+            })
+    }
+
+    fn purge(
+        &self,
+        kit: &Kit,
+        label: &'static str,
+        store: Arc<dyn participant_kit::HistoryExpiry>,
+    ) {
+        let purger = participant_kit::retention::HistoryPurger::new(store, kit.history().keep);
+        tokio::spawn(service_kit::purge::run_purge_loop(
+            Arc::new(purger),
+            label,
+            kit.history().purge_interval,
+            kit.clock().clone(),
+            Shutdown::new(),
+        ));
+    }
+
+    fn payment_svc(&self, host: &HostParts, incarnation: &Incarnation) -> Routes {
+        use saga_proto::payment::v1::payment_service_server::PaymentServiceServer;
+        let clock = self.clock(host, incarnation);
+        let store = Arc::new(MemPaymentStore::new(
+            self.payment.clone(),
+            host.disk.clone(),
+            incarnation.clone(),
+            clock.clone(),
+            self.events.clone(),
+        ));
+        let kit = self.kit(clock);
+        self.purge(&kit, "payment", store.clone());
+        let api = payment_svc::grpc::PaymentApi::new(store.clone(), kit.clone());
+        Routes::new(PaymentServiceServer::new(api))
+            .add_service(participant_kit::history_service::service(store, &kit))
+    }
+
+    fn inventory_svc(&self, host: &HostParts, incarnation: &Incarnation) -> Routes {
+        use saga_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
+        let clock = self.clock(host, incarnation);
+        let store = Arc::new(MemInventoryStore::new(
+            self.inventory.clone(),
+            host.disk.clone(),
+            incarnation.clone(),
+            clock.clone(),
+            self.events.clone(),
+        ));
+        let kit = self.kit(clock);
+        self.purge(&kit, "inventory", store.clone());
+        let api = inventory_svc::grpc::InventoryApi::new(store.clone(), kit.clone());
+        Routes::new(InventoryServiceServer::new(api))
+            .add_service(participant_kit::history_service::service(store, &kit))
+    }
+
+    fn orchestrator(&self, host: &HostParts, incarnation: &Incarnation) -> Routes {
+        use saga_proto::saga::v1::order_service_server::OrderServiceServer;
+        let clock = self.clock(host, incarnation);
+        let store = Arc::new(MemSagaStore::new(
+            self.sagas.clone(),
+            host.disk.clone(),
+            incarnation.clone(),
+            SagaRetention::default(),
+        ));
+        let limits = scenario::limits();
+        let participants = OrderParticipants::new(
+            self.net.channel(host.name, incarnation.clone(), "payment"),
+            self.net
+                .channel(host.name, incarnation.clone(), "inventory"),
+            limits.call_timeout,
+        );
+        let definition = match participants.definition() {
+            Ok(definition) => Arc::new(definition),
+            Err(error) => unreachable!("the order saga's steps have distinct names: {error}"),
+        };
+        let mut retention = RetentionSettings::default();
+        retention.set_windows(&limits, scenario::history_retention());
+        let settings = orchestrator::Settings {
+            retry: scenario::retry_policy(self.seed ^ self.rng.u64()),
+            lease: scenario::lease_policy(host.name),
+            clock,
+            retention,
+            ..Default::default()
+        };
+        let hub = Arc::new(SagaHub::new());
+        let shutdown = Shutdown::new();
+        let executor = Arc::new(Executor::new(
+            store.clone(),
+            definition,
+            hub.clone(),
+            shutdown.clone(),
+            &settings,
+        ));
+        tokio::spawn(executor.clone().run_sweeper());
+        let rng = self.rng.clone();
+        let ids: orchestrator::app::SagaIds = Arc::new(move || {
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&rng.u64().to_le_bytes());
+            bytes[8..].copy_from_slice(&rng.u64().to_le_bytes());
+            uuid::Builder::from_random_bytes(bytes).into_uuid()
+        });
+        let app = Orchestrator::new(store, executor, hub, shutdown)
+            .with_retry_window(settings.retention.retry_window)
+            .with_saga_ids(ids);
+        let api = orchestrator::grpc::OrderApi::new(Arc::new(app), settings.max_wait);
+        Routes::new(OrderServiceServer::new(api))
+    }
+}
