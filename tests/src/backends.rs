@@ -179,3 +179,27 @@ pub async fn mongo_sagas() -> Option<Backend<dyn SagaStore>> {
         _keep: Box::new(()),
     })
 }
+
+/// A fresh in-memory payment store of the deterministic simulation.
+pub async fn simulated_payment() -> Option<Backend<dyn PaymentStore>> {
+    Some(Backend {
+        store: Arc::new(sim::store::MemPaymentStore::standalone()),
+        _keep: Box::new(()),
+    })
+}
+
+/// A fresh in-memory inventory store of the deterministic simulation.
+pub async fn simulated_inventory() -> Option<Backend<dyn InventoryStore>> {
+    Some(Backend {
+        store: Arc::new(sim::store::MemInventoryStore::standalone()),
+        _keep: Box::new(()),
+    })
+}
+
+/// A fresh in-memory saga store of the deterministic simulation.
+pub async fn simulated_sagas() -> Option<Backend<dyn SagaStore>> {
+    Some(Backend {
+        store: Arc::new(sim::store::MemSagaStore::standalone()),
+        _keep: Box::new(()),
+    })
+}
