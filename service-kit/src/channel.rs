@@ -135,11 +135,11 @@ impl GrpcChannel {
     }
 
     /// A channel whose calls go to `service` instead of over a connection
-    /// (named `uri`, which must be a valid `http://` URI): what a
+    /// (named `uri`, an `http://` URI): what a
     /// simulation passes to deliver calls in-process, through its simulated
     /// network, to a server's generated tonic service. The call deadline is
     /// enforced as on a real channel.
-    pub fn in_process<S>(uri: &'static str, service: S) -> Self
+    pub fn in_process<S>(uri: http::Uri, service: S) -> Self
     where
         S: tower_service::Service<
                 http::Request<Body>,
@@ -152,7 +152,7 @@ impl GrpcChannel {
     {
         GrpcChannel {
             shared: Arc::new(Shared {
-                endpoint: Endpoint::from_static(uri),
+                endpoint: Endpoint::from(uri),
                 in_process: Some(Mutex::new(InProcess::new(service))),
                 connect_timeout: Duration::ZERO,
                 current: Mutex::new(None),

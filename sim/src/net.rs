@@ -140,6 +140,13 @@ impl Net {
         lock(&self.0.partitions).clear();
     }
 
+    /// Forgets every server and the observer, which hold links back to
+    /// the network: the end of a run, so that its hosts can be freed.
+    pub fn clear(&self) {
+        lock(&self.0.servers).clear();
+        *lock(&self.0.observer) = None;
+    }
+
     /// Every saga call is shown to `observer` as it leaves its host.
     pub fn observe(&self, observer: Observer) {
         *lock(&self.0.observer) = Some(observer);
@@ -163,7 +170,7 @@ impl Net {
         incarnation: Incarnation,
         to: &'static str,
     ) -> GrpcChannel {
-        let uri: &'static str = Box::leak(format!("http://{to}").into_boxed_str());
+        let uri = http::Uri::try_from(format!("http://{to}")).unwrap_or_default();
         GrpcChannel::in_process(
             uri,
             Link {

@@ -38,6 +38,8 @@ pub struct Report {
     pub sagas: usize,
     /// Simulated time the run took (ms).
     pub simulated_ms: u128,
+    /// What happened, counted: sagas by end, takeovers, faults.
+    pub figures: BTreeMap<&'static str, usize>,
 }
 
 /// Runs `seed` (with `defect` planted, if any) and audits it.
@@ -63,6 +65,7 @@ pub fn run(seed: u64, defect: Option<Defect>) -> Report {
             }],
             sagas: 0,
             simulated_ms: 0,
+            figures: BTreeMap::new(),
         },
     };
     service_kit::defects::plant(None);
@@ -169,13 +172,15 @@ impl World {
             .sagas
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .sagas()
-            .len();
+            .sagas();
+        let events = self.events().lines();
+        self.cluster.net.clear();
         Report {
             seed: self.seed,
-            events: self.events().lines(),
+            figures: figures(&sagas, &events),
+            events,
             violations: self.events().violations(),
-            sagas,
+            sagas: sagas.len(),
             simulated_ms: self.events().elapsed_ms(),
         }
     }
@@ -379,6 +384,47 @@ impl World {
             tokio::time::sleep(rng.millis(200, 2_000)).await;
         }
     }
+}
+
+/// The run in numbers: how its sagas ended, how often one was taken over,
+/// which faults struck.
+fn figures(sagas: &[orchestrator::saga::Saga], events: &[String]) -> BTreeMap<&'static str, usize> {
+    use orchestrator::saga::SagaStatus;
+    let mut f = BTreeMap::new();
+    let count = |status| sagas.iter().filter(|s| s.status == status).count();
+    f.insert("completed", count(SagaStatus::Completed));
+    f.insert("cancelled", count(SagaStatus::Cancelled));
+    f.insert("failed", count(SagaStatus::Failed));
+    f.insert(
+        "failed past the send window",
+        sagas
+            .iter()
+            .filter(|s| {
+                s.reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("send window"))
+            })
+            .count(),
+    );
+    f.insert(
+        "takeovers",
+        sagas
+            .iter()
+            .flat_map(|s| &s.history)
+            .filter(|t| t.detail.starts_with("taken over by"))
+            .count(),
+    );
+    for (name, needle) in [
+        ("crashes", ": crashed"),
+        ("stalls", ": stalled for"),
+        ("long pauses", "long pause of every"),
+        ("partitions", "net: partition"),
+        ("messages lost", " lost"),
+        ("store faults", "store orch"),
+    ] {
+        f.insert(name, events.iter().filter(|l| l.contains(needle)).count());
+    }
+    f
 }
 
 fn create_order(order: &OrderPlan) -> pb::CreateOrderRequest {

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
         .unwrap_or(if budget.is_some() { u64::MAX } else { 100 });
     let started = Instant::now();
     let (mut runs, mut sagas, mut simulated_ms) = (0u64, 0usize, 0u128);
+    let mut figures = std::collections::BTreeMap::new();
     for seed in args.from..args.from.saturating_add(count) {
         if budget.is_some_and(|b| started.elapsed() >= b) {
             break;
@@ -68,6 +69,9 @@ fn main() -> ExitCode {
         runs += 1;
         sagas += report.sagas;
         simulated_ms += report.simulated_ms;
+        for (name, n) in &report.figures {
+            *figures.entry(*name).or_insert(0) += n;
+        }
         if !report.violations.is_empty() {
             return finish(&report, false);
         }
@@ -79,6 +83,8 @@ fn main() -> ExitCode {
         sagas as f64 / secs,
         simulated_ms as f64 / 60_000.0
     );
+    let figures: Vec<String> = figures.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!("in all: {}", figures.join(", "));
     ExitCode::SUCCESS
 }
 
