@@ -24,7 +24,7 @@
 //!   keep a failure that was fixed.
 
 use crate::saga::{
-    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition,
+    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, StepState, StepStatus, Transition,
     TransitionState, bounded_text,
 };
 
@@ -120,7 +120,7 @@ pub fn start(
 ) -> Saga {
     let steps = steps
         .iter()
-        .map(|d| Step {
+        .map(|d| StepState {
             name: d.name.to_owned(),
             action: d.action.to_owned(),
             compensation: d.compensation.to_owned(),
@@ -178,7 +178,7 @@ pub fn next(saga: &Saga) -> Next {
 
 /// The last step whose effect may exist and is not yet compensated.
 fn next_compensation(saga: &Saga) -> Option<usize> {
-    let undone = |s: &Step| {
+    let undone = |s: &StepState| {
         matches!(
             s.status,
             StepStatus::Succeeded | StepStatus::Running | StepStatus::Compensating
