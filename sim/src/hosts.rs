@@ -145,6 +145,7 @@ impl Cluster {
 
     fn orchestrator(&self, host: &HostParts, incarnation: &Incarnation) -> Routes {
         use saga_proto::saga::v1::order_service_server::OrderServiceServer;
+        use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
         let clock = self.clock(host, incarnation);
         let store = Arc::new(MemSagaStore::new(
             self.sagas.clone(),
@@ -192,7 +193,10 @@ impl Cluster {
         let app = Orchestrator::new(store, executor, hub, shutdown)
             .with_retry_window(settings.retention.retry_window)
             .with_saga_ids(ids);
-        let api = orchestrator::grpc::OrderApi::new(Arc::new(app), settings.max_wait);
-        Routes::new(OrderServiceServer::new(api))
+        let app = Arc::new(app);
+        let api = orchestrator::grpc::OrderApi::new(app.clone(), settings.max_wait);
+        Routes::new(OrderServiceServer::new(api)).add_service(SagaServiceServer::new(
+            orchestrator::grpc::SagaApi::new(app),
+        ))
     }
 }

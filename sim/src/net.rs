@@ -46,6 +46,9 @@ pub struct NetFaults {
     pub lose_request_per_mille: u32,
     /// Replies lost (after the receiver handled the request).
     pub lose_reply_per_mille: u32,
+    /// Requests delivered twice (the copy a little later; its reply is
+    /// dropped).
+    pub duplicate_per_mille: u32,
 }
 
 impl NetFaults {
@@ -54,6 +57,7 @@ impl NetFaults {
         delay_ms: (0, 3),
         lose_request_per_mille: 0,
         lose_reply_per_mille: 0,
+        duplicate_per_mille: 0,
     };
 }
 
@@ -247,6 +251,9 @@ impl Link {
         net.0
             .events
             .log(format!("{from} -> {to} {}: delivered", label(&what)));
+        if net.0.rng.chance(faults.duplicate_per_mille) {
+            self.duplicate(&server, &parts, &body, &what);
+        }
         let request = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(body)));
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
@@ -273,6 +280,34 @@ impl Link {
             grpc_status(&reply)
         ));
         Ok(rebuild(reply))
+    }
+
+    /// Delivers a copy of the request a little later (its reply is
+    /// dropped), as a network that retransmits might.
+    fn duplicate(
+        &self,
+        server: &Server,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        what: &Described,
+    ) {
+        let mut copy = http::Request::new(Body::new(http_body_util::Full::new(body.clone())));
+        *copy.method_mut() = parts.method.clone();
+        *copy.uri_mut() = parts.uri.clone();
+        *copy.headers_mut() = parts.headers.clone();
+        let (server, net, label) = (server.clone(), self.net.clone(), label(what));
+        let (from, to) = (self.from, self.to);
+        let faults = net.faults();
+        tokio::spawn(async move {
+            tokio::time::sleep(net.0.rng.millis(faults.delay_ms.0, faults.delay_ms.1 + 50)).await;
+            if !server.incarnation.is_alive() {
+                return;
+            }
+            net.0.events.log(format!(
+                "{from} -> {to} {label}: delivered again (duplicate)"
+            ));
+            let _ = handle(server.routes, copy).await;
+        });
     }
 
     /// Shows each saga call of the request to the observer.

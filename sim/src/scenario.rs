@@ -44,10 +44,12 @@ pub fn lease_policy(owner: &str) -> LeasePolicy {
     }
 }
 
-/// How long participants keep their operationHistory: the shortest safe
-/// retention for [`limits`], so that a long enough pause passes it.
+/// How long participants keep their operationHistory: twice the shortest
+/// safe retention for [`limits`] — a retry window as long as the minimum
+/// (RetrySaga refuses a saga past it), and short enough that a long pause
+/// passes it.
 pub fn history_retention() -> Duration {
-    limits().minimum_history_retention()
+    limits().minimum_history_retention() * 2
 }
 
 /// One order the client places.
@@ -170,6 +172,7 @@ impl Scenario {
                 delay_ms: (0, [3, 30, 300][rng.below(3)]),
                 lose_request_per_mille: [0, 20, 100][rng.below(3)],
                 lose_reply_per_mille: [0, 20, 100][rng.below(3)],
+                duplicate_per_mille: [0, 50, 200][rng.below(3)],
             },
             disks: hosts
                 .iter()

@@ -166,6 +166,9 @@ impl World {
         tokio::time::sleep(Duration::from_millis(self.scenario.faults_end_ms)).await;
         self.heal();
         self.settle().await;
+        if self.retry_failed().await {
+            self.settle().await;
+        }
         audit::check(&self.audit_input());
         let sagas = self
             .cluster
@@ -349,6 +352,44 @@ impl World {
         self.events().log("time is up: not every saga is terminal");
     }
 
+    /// A person retries every FAILED saga once (RetrySaga, on a random
+    /// orchestrator), as the runbook says once the cause is fixed; true
+    /// when one was retried. RetrySaga refuses a saga past its retry
+    /// window, which stays FAILED.
+    async fn retry_failed(&self) -> bool {
+        use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
+        let failed: Vec<String> = self
+            .cluster
+            .sagas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sagas()
+            .into_iter()
+            .filter(|s| s.status == orchestrator::saga::SagaStatus::Failed)
+            .map(|s| s.saga_id)
+            .collect();
+        let operator = Incarnation::new();
+        let mut retried = false;
+        for saga_id in failed {
+            let orchestrators = &self.scenario.orchestrators;
+            let to = orchestrators[self.cluster.rng.below(orchestrators.len())];
+            let channel = self.cluster.net.channel("operator", operator.clone(), to);
+            let mut request = tonic::Request::new(pb::RetrySagaRequest {
+                saga_id: saga_id.clone(),
+            });
+            request.set_timeout(Duration::from_secs(3));
+            let result = SagaServiceClient::new(channel).retry_saga(request).await;
+            let answer = match &result {
+                Ok(_) => "resumed".to_owned(),
+                Err(status) => format!("{:?}", status.code()),
+            };
+            self.events()
+                .log(format!("operator: RetrySaga {saga_id} on {to}: {answer}"));
+            retried |= result.is_ok();
+        }
+        retried
+    }
+
     /// The client: places `order` with CreateOrder at its time, on a
     /// random orchestrator, again and again (same request id) until one
     /// answers; now and then twice.
@@ -421,6 +462,7 @@ fn figures(sagas: &[orchestrator::saga::Saga], events: &[String]) -> BTreeMap<&'
         ("partitions", "net: partition"),
         ("messages lost", " lost"),
         ("store faults", "store orch"),
+        ("duplicate deliveries", "(duplicate)"),
     ] {
         f.insert(name, events.iter().filter(|l| l.contains(needle)).count());
     }
