@@ -75,12 +75,17 @@ impl Cluster {
     pub fn start(&self, host: &HostParts) -> Incarnation {
         let incarnation = Incarnation::new();
         let routes = match host.name {
-            "payment" => self.payment_svc(host, &incarnation),
-            "inventory" => self.inventory_svc(host, &incarnation),
+            "payment" => Ok(self.payment_svc(host, &incarnation)),
+            "inventory" => Ok(self.inventory_svc(host, &incarnation)),
             _ => self.orchestrator(host, &incarnation),
         };
-        self.net.serve(host.name, routes, incarnation.clone());
-        self.events.log(format!("host {}: started", host.name));
+        match routes {
+            Ok(routes) => {
+                self.net.serve(host.name, routes, incarnation.clone());
+                self.events.log(format!("host {}: started", host.name));
+            }
+            Err(error) => self.events.violated("the simulation runs", error),
+        }
         incarnation
     }
 
@@ -143,7 +148,7 @@ impl Cluster {
             .add_service(participant_kit::history_service::service(store, &kit))
     }
 
-    fn orchestrator(&self, host: &HostParts, incarnation: &Incarnation) -> Routes {
+    fn orchestrator(&self, host: &HostParts, incarnation: &Incarnation) -> Result<Routes, String> {
         use saga_proto::saga::v1::order_service_server::OrderServiceServer;
         use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
         let clock = self.clock(host, incarnation);
@@ -160,10 +165,11 @@ impl Cluster {
                 .channel(host.name, incarnation.clone(), "inventory"),
             limits.call_timeout,
         );
-        let definition = match participants.definition() {
-            Ok(definition) => Arc::new(definition),
-            Err(error) => unreachable!("the order saga's steps have distinct names: {error}"),
-        };
+        let definition = Arc::new(
+            participants
+                .definition()
+                .map_err(|e| format!("{}: no order saga: {e}", host.name))?,
+        );
         let mut retention = RetentionSettings::default();
         retention.set_windows(&limits, scenario::history_retention());
         let settings = orchestrator::Settings {
@@ -195,8 +201,7 @@ impl Cluster {
             .with_saga_ids(ids);
         let app = Arc::new(app);
         let api = orchestrator::grpc::OrderApi::new(app.clone(), settings.max_wait);
-        Routes::new(OrderServiceServer::new(api)).add_service(SagaServiceServer::new(
-            orchestrator::grpc::SagaApi::new(app),
-        ))
+        let saga_api = SagaServiceServer::new(orchestrator::grpc::SagaApi::new(app));
+        Ok(Routes::new(OrderServiceServer::new(api)).add_service(saga_api))
     }
 }
