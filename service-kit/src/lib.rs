@@ -41,6 +41,7 @@ pub mod clock;
 pub mod coalesced_writes;
 pub mod deadline;
 pub mod fingerprint;
+pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod purge;
