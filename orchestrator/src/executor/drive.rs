@@ -104,11 +104,23 @@ impl Executor {
         };
         let span = tracing::info_span!(
             "step",
+            saga_id = %saga.saga_id,
             step = %step.name,
             request_id = %step.request_id,
             phase = ?phase,
-            attempt
+            attempt,
+            outcome = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
+        let exporting = service_kit::telemetry::exporting();
+        if exporting {
+            // Before the span is entered: its exported name and kind are
+            // fixed then.
+            span.record("otel.name", step_span_name(phase, &step.name));
+            span.record("otel.kind", "client");
+        }
         let started = std::time::Instant::now();
         let reply = invoke(calls, saga, step, phase)
             .instrument(span.clone())
@@ -128,6 +140,12 @@ impl Executor {
             "outcome" => outcome.as_str()
         )
         .record(started.elapsed().as_secs_f64());
+        if exporting {
+            span.record("outcome", outcome.as_str());
+            if is_failure(&outcome) {
+                span.record("otel.status_code", "error");
+            }
+        }
         span.in_scope(|| count_and_log(&outcome));
         Ok(outcome)
     }
@@ -183,6 +201,27 @@ async fn invoke(calls: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) ->
         Phase::Action => calls.act(saga, step).await,
         Phase::Compensation => calls.compensate(saga, step).await,
     }
+}
+
+/// The exported name of a step attempt's span: `<step> action` or
+/// `<step> compensation`, so a trace reads as the saga ran.
+fn step_span_name(phase: Phase, step: &str) -> String {
+    match phase {
+        Phase::Action => format!("{step} action"),
+        Phase::Compensation => format!("{step} compensation"),
+    }
+}
+
+/// Whether the attempt failed (its span is marked as an error): a refusal
+/// is an answer, not a failure.
+fn is_failure(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Retrying(_)
+            | Outcome::CompensationRetrying(_)
+            | Outcome::GaveUp(_)
+            | Outcome::CompensationGaveUp(_)
+    )
 }
 
 fn count_and_log(outcome: &Outcome) {
