@@ -295,4 +295,32 @@ mod tests {
         metadata.insert(TRACEPARENT, header.parse().expect("ascii"));
         assert_eq!(trace_id(&metadata).as_deref(), Some(id));
     }
+
+    /// No span export in this test process: the helpers build nothing
+    /// OpenTelemetry, and the header is what it always was.
+    #[test]
+    fn without_export_the_helpers_are_inert() {
+        let id = "0af7651916cd43dd8448eb211c80319c";
+        assert!(!telemetry::exporting());
+        let header = outgoing(id);
+        assert_eq!(parse(&header), Some(id));
+        assert_ne!(outgoing(id), header, "a fresh span id per call");
+        let mut metadata = MetadataMap::new();
+        metadata.insert(TRACEPARENT, header.parse().expect("ascii"));
+        assert_eq!(RemoteParent::of(&metadata), None);
+        assert_eq!(RemoteParent::of_header(&header), None);
+        assert!(ServerSpan::start("saga.v1.OrderService/CreateOrder", &metadata).is_none());
+        // Harmless on a span no OpenTelemetry layer sees.
+        continue_trace(&Span::none(), id, "saga");
+    }
+
+    /// A saga's root span id is found again from its key alone, by any
+    /// process: what lets a resumed saga continue its trace.
+    #[test]
+    fn a_root_span_id_depends_on_its_key_alone() {
+        let key = "01a22aaf-9d56-7107-8f54-c77f523befdf";
+        assert_eq!(root_span_id(key), root_span_id(key));
+        assert_ne!(root_span_id(key), root_span_id("another saga"));
+        assert_ne!(root_span_id(key), SpanId::INVALID);
+    }
 }

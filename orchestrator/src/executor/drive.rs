@@ -7,7 +7,7 @@ use crate::engine::{self, Next, Outcome};
 use crate::saga::{Saga, Step};
 use crate::step::{Phase, SagaStep, StepOutcome};
 use std::time::Duration;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 /// What the loop carries from one call to the next.
 struct Progress {
@@ -102,25 +102,8 @@ impl Executor {
             Phase::Action => step.attempts,
             Phase::Compensation => step.compensation_attempts,
         };
-        let span = tracing::info_span!(
-            "step",
-            saga_id = %saga.saga_id,
-            step = %step.name,
-            request_id = %step.request_id,
-            phase = ?phase,
-            attempt,
-            outcome = tracing::field::Empty,
-            otel.name = tracing::field::Empty,
-            otel.kind = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
         let exporting = service_kit::telemetry::exporting();
-        if exporting {
-            // Before the span is entered: its exported name and kind are
-            // fixed then.
-            span.record("otel.name", step_span_name(phase, &step.name));
-            span.record("otel.kind", "client");
-        }
+        let span = attempt_span(saga, step, phase, attempt, exporting);
         let started = std::time::Instant::now();
         let reply = invoke(calls, saga, step, phase)
             .instrument(span.clone())
@@ -201,6 +184,34 @@ async fn invoke(calls: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) ->
         Phase::Action => calls.act(saga, step).await,
         Phase::Compensation => calls.compensate(saga, step).await,
     }
+}
+
+/// The span of one attempt of `step`'s action or compensation: its log
+/// lines carry step, request id, phase and attempt (the saga id comes from
+/// the enclosing `saga` span). When spans are `exporting`, it is also named
+/// for the trace and carries the saga id itself; otherwise those fields
+/// stay empty and cost nothing.
+fn attempt_span(saga: &Saga, step: &Step, phase: Phase, attempt: u32, exporting: bool) -> Span {
+    let span = tracing::info_span!(
+        "step",
+        step = %step.name,
+        request_id = %step.request_id,
+        phase = ?phase,
+        attempt,
+        saga_id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if exporting {
+        // Before the span is first entered: its exported name and kind are
+        // fixed then.
+        span.record("otel.name", step_span_name(phase, &step.name));
+        span.record("otel.kind", "client");
+        span.record("saga_id", saga.saga_id.as_str());
+    }
+    span
 }
 
 /// The exported name of a step attempt's span: `<step> action` or
