@@ -191,7 +191,13 @@ async fn invoke(calls: &dyn SagaStep, saga: &Saga, step: &StepState, phase: Phas
 /// the enclosing `saga` span). When spans are `exporting`, it is also named
 /// for the trace and carries the saga id itself; otherwise those fields
 /// stay empty and cost nothing.
-fn attempt_span(saga: &Saga, step: &Step, phase: Phase, attempt: u32, exporting: bool) -> Span {
+fn attempt_span(
+    saga: &Saga,
+    step: &StepState,
+    phase: Phase,
+    attempt: u32,
+    exporting: bool,
+) -> Span {
     let span = tracing::info_span!(
         "step",
         step = %step.name,
