@@ -5,6 +5,7 @@
 use crate::app::{AppError, NewOrder, Orchestrator};
 use crate::convert;
 use saga_proto::saga::v1 as pb;
+use service_kit::trace::{Ended, ServerSpan};
 use service_kit::validate;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,14 +70,22 @@ impl pb::order_service_server::OrderService for OrderApi {
             .unwrap_or(self.max_wait)
             .min(self.max_wait);
         let trace_id = service_kit::trace::trace_id(request.metadata());
+        let span = ServerSpan::start(CREATE_ORDER, request.metadata());
         let r = request.into_inner();
         let wait = r.wait;
-        let order = NewOrder {
-            trace_id,
-            ..convert::new_order(r)?
-        };
         let wait_until = wait.then(|| Instant::now() + wait_for);
-        let placed = self.app.create_order(order, wait_until).await?;
+        let placed: Result<crate::app::Placed, Status> = async {
+            let order = NewOrder {
+                trace_id,
+                ..convert::new_order(r)?
+            };
+            Ok(self.app.create_order(order, wait_until).await?)
+        }
+        .await;
+        if let Some(span) = span {
+            end_create_order_span(span, &placed);
+        }
+        let placed = placed?;
         let saga = placed.saga;
         Ok(Response::new(pb::CreateOrderResponse {
             saga_id: saga.saga_id.clone(),
@@ -86,6 +95,38 @@ impl pb::order_service_server::OrderService for OrderApi {
             saga: wait.then(|| convert::saga(saga)),
         }))
     }
+}
+
+/// CreateOrder's span name (its full gRPC method name).
+const CREATE_ORDER: &str = "saga.v1.OrderService/CreateOrder";
+
+/// Records CreateOrder's span once the call's outcome is known. A call that
+/// made a saga is the root of the saga's trace: its ids are the saga's (see
+/// [`service_kit::trace::continue_trace`]), so the saga's spans — driven
+/// now or by any instance after a restart — are its children. A duplicate
+/// is a span of the existing saga's trace with an id of its own; a refused
+/// call, a span of the caller's trace (or a new one).
+fn end_create_order_span(span: ServerSpan, placed: &Result<crate::app::Placed, Status>) {
+    let trace_id = placed.as_ref().ok().map(|p| p.saga.trace_id());
+    let ended = match placed {
+        Ok(placed) => Ended {
+            trace_id: trace_id.as_deref(),
+            root_key: placed.created.then_some(placed.saga.saga_id.as_str()),
+            attributes: vec![
+                ("saga_id", placed.saga.saga_id.clone()),
+                ("request_id", placed.saga.request_id.clone()),
+                ("created", placed.created.to_string()),
+                ("status", placed.saga.status.as_str().to_owned()),
+            ],
+            error: None,
+        },
+        Err(status) => Ended {
+            attributes: vec![("rpc.grpc.status_code", (status.code() as i32).to_string())],
+            error: Some(status.message().to_owned()),
+            ..Ended::default()
+        },
+    };
+    span.end(ended);
 }
 
 /// `saga.v1.SagaService`.

@@ -33,7 +33,7 @@ async fn main() -> std::process::ExitCode {
 /// not be up yet — and is ready once the store is open and the recovery
 /// sweep has started; it drains on SIGTERM/SIGINT.
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
-    service_kit::telemetry::init(config.engine.log_format);
+    let _telemetry = service_kit::telemetry::init(config.engine.log_format);
     // Bad TLS files or token: a start-up error naming the flag.
     let options =
         service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;

@@ -25,9 +25,11 @@
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
 //!   what the security and limit flags decide for one server.
 //! - [`shutdown`]: one small type that tells every task to stop.
-//! - [`trace`]: W3C `traceparent` propagation, so one saga's logs join up
+//! - [`trace`]: W3C `traceparent` propagation, so one saga's logs — and,
+//!   when spans are exported, its spans — join up
 //!   across the three services.
-//! - [`telemetry`]: `tracing` set-up (text or JSON lines).
+//! - [`telemetry`]: `tracing` set-up (text or JSON lines) and the span
+//!   export over OTLP that the `OTEL_*` variables turn on.
 //! - [`time`]: wall-clock milliseconds and protobuf timestamps.
 //! - [`tls`]: rustls TLS flags (`--tls-cert`, `--tls-key`, `--tls-ca`,
 //!   `--tls-client-auth`) for servers and the clients that call them.
