@@ -64,7 +64,9 @@ pub use barrier::{
 };
 pub use config::{ParticipantConfig, ParticipantDefaults};
 pub use history_service::OperationLog;
-pub use outcome::{ActionReply, Admission, Failure, ParticipantError, Refusal, RefusalReason};
+pub use outcome::{
+    ActionReply, Admission, Failure, Mismatch, ParticipantError, Refusal, RefusalReason,
+};
 pub use pipeline::{Call, Kit};
 pub use record::{LoggedOperation, OperationRecord, RecordStatus};
 pub use retention::{HistoryExpiry, HistoryRetention};

@@ -614,8 +614,8 @@ mod tests {
 
     #[test]
     fn debug_and_display_never_print_the_token() {
-        let cli = Cli::try_parse_from(["x", "--admin-token", TOKEN, "--client-token", TOKEN])
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(["x", "--admin-token", TOKEN, "--client-token", TOKEN]).unwrap();
         let auth = cli.admin.build().unwrap();
         let client = cli.client.build().unwrap();
         assert_eq!(client.role(), Role::Client);

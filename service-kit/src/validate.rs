@@ -184,7 +184,11 @@ mod tests {
         assert_eq!(v.check(limit("page_size", 3, 1, 5)), Some(3));
         let status = v.into_result().unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        assert!(status.message().starts_with("customer_id: must not be empty; "));
+        assert!(
+            status
+                .message()
+                .starts_with("customer_id: must not be empty; ")
+        );
         assert_eq!(
             bad_fields(&status),
             ["customer_id", "amount_cents", "page_size"]
