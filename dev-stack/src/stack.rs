@@ -1,15 +1,20 @@
 //! `dev`: payment-svc, inventory-svc and the orchestrator in one process,
 //! each on its own port, with embedded stores under one data directory (or
 //! MongoDB databases when a URI is given), seeded with the demo data.
+//!
+//! Each of the three gRPC servers answers health from its bind on, as the
+//! separate binaries do: liveness SERVING, readiness NOT_SERVING until its
+//! own store is open (and, for the orchestrator, its recovery sweep
+//! started), NOT_SERVING again through the drain after SIGTERM/SIGINT.
 
 use crate::banner::Addresses;
 use crate::config::DevConfig;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
 use orchestrator::order_saga::OrderParticipants;
-use participant_kit::{HistoryRetention, Kit};
+use participant_kit::{HistoryRetention, Kit, Participant};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use service_kit::channel::GrpcChannel;
-use service_kit::server;
+use service_kit::server::{self, GrpcServer};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -109,6 +114,44 @@ impl Listeners {
     }
 }
 
+/// The three gRPC servers, answering health (readiness NOT_SERVING) from
+/// the moment they are started, before any store is opened.
+struct Servers {
+    payment: GrpcServer,
+    inventory: GrpcServer,
+    orchestrator: GrpcServer,
+}
+
+impl Servers {
+    /// Starts a server on each of `listeners`' gRPC listeners; the console
+    /// listener is handed back as it is.
+    fn start(
+        listeners: Listeners,
+        kits: (&Kit, &Kit),
+        options: &server::ServeOptions,
+        shutdown: &Shutdown,
+    ) -> Result<(Servers, Option<TcpListener>), BoxError> {
+        let (payment, inventory) = kits;
+        let mut servers = Servers {
+            payment: payment.server(
+                <payment_svc::Payment as Participant>::SERVICE,
+                listeners.payment,
+                shutdown,
+            )?,
+            inventory: inventory.server(
+                <inventory_svc::Inventory as Participant>::SERVICE,
+                listeners.inventory,
+                shutdown,
+            )?,
+            orchestrator: orchestrator::grpc_server(options, listeners.orchestrator, shutdown)?,
+        };
+        servers.payment.start();
+        servers.inventory.start();
+        servers.orchestrator.start();
+        Ok((servers, listeners.console))
+    }
+}
+
 /// One set of TLS / token / limit options for all three servers.
 fn serve_options(config: &DevConfig) -> Result<server::ServeOptions, BoxError> {
     let options = server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?
@@ -167,6 +210,16 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     .definition_of(&config.steps.specs()?, &config.tls)?;
     let limits = config.engine.call_limits(definition.steps().len());
     let history = history_retention(&config, &limits)?;
+    let kit = || -> Result<Kit, BoxError> {
+        Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()).with_history(history))
+    };
+    let (payment_kit, inventory_kit) = (kit()?, kit()?);
+    let (servers, console) = Servers::start(
+        listeners,
+        (&payment_kit, &inventory_kit),
+        &options,
+        &shutdown,
+    )?;
     let (payment_store, inventory_store) = participant_stores(&config, history, &shutdown).await?;
     let retention = config.retention.settings();
     let saga_store = orchestrator::open_saga_store(
@@ -177,23 +230,18 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         &shutdown,
     )
     .await?;
-    let kit = || -> Result<Kit, BoxError> {
-        Ok(Kit::new(Arc::new(config.faults.build()?), options.clone()).with_history(history))
-    };
     if config.faults.settings().is_enabled() {
         tracing::warn!(settings = ?config.faults.settings(), "fault injection ON in payment-svc and inventory-svc");
     }
-    let payment = tokio::spawn(payment_svc::serve(
+    let payment = tokio::spawn(payment_svc::serve_on(
         payment_store,
-        kit()?,
-        listeners.payment,
-        shutdown.clone(),
+        payment_kit,
+        servers.payment,
     ));
-    let inventory = tokio::spawn(inventory_svc::serve(
+    let inventory = tokio::spawn(inventory_svc::serve_on(
         inventory_store,
-        kit()?,
-        listeners.inventory,
-        shutdown.clone(),
+        inventory_kit,
+        servers.inventory,
     ));
 
     crate::seed::seed(payment_channel, inventory_channel, &options.admin).await?;
@@ -203,14 +251,13 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     settings.console = config.console.settings();
     crate::banner::print(&config, &options, &addrs, metrics_url.as_deref());
     let demo = tokio::spawn(demo_orders(config.clone(), addrs.orchestrator.clone()));
-    let result = orchestrator::serve_with_console(
+    let result = orchestrator::serve_on(
         saga_store,
         Arc::new(definition),
         settings,
         options,
-        listeners.orchestrator,
-        listeners.console,
-        shutdown.clone(),
+        servers.orchestrator,
+        console,
     )
     .await;
     demo.abort();

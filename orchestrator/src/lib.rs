@@ -49,7 +49,7 @@ pub mod steps_file;
 pub mod store;
 
 use executor::{Executor, LeasePolicy, RetryPolicy};
-use service_kit::server::{self, ServeError, ServeOptions};
+use service_kit::server::{GrpcServer, ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,7 +137,8 @@ pub async fn serve_with(
 
 /// [`serve_with`], plus the saga console ([`console`]) on `console` when
 /// given: beside the gRPC server, over the same use cases, with RetrySaga's
-/// admin token, stopping with the same `shutdown`.
+/// admin token, stopping with the same `shutdown`. Ready at once: the store
+/// is open.
 pub async fn serve_with_console(
     store: Arc<dyn store::SagaStore>,
     definition: Arc<SagaDefinition>,
@@ -147,6 +148,47 @@ pub async fn serve_with_console(
     console: Option<TcpListener>,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
+    let server = grpc_server(&options, listener, &shutdown)?;
+    serve_on(store, definition, settings, options, server, console).await
+}
+
+/// The orchestrator's gRPC server on `listener`: `saga.v1` OrderService
+/// and SagaService behind readiness, with health and reflection, draining
+/// once `shutdown` fires. Started at once ([`GrpcServer::start`]) it
+/// answers health while the saga store opens; [`serve_on`] makes it ready.
+pub fn grpc_server(
+    options: &ServeOptions,
+    listener: TcpListener,
+    shutdown: &Shutdown,
+) -> Result<GrpcServer, ServeError> {
+    use saga_proto::saga::v1::order_service_server::OrderServiceServer;
+    use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
+    GrpcServer::new(
+        options,
+        listener,
+        saga_proto::FILE_DESCRIPTOR_SET,
+        &[
+            <OrderServiceServer<grpc::OrderApi> as tonic::server::NamedService>::NAME,
+            <SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME,
+        ],
+        shutdown,
+    )
+}
+
+/// [`serve_with_console`] on `server` (from [`grpc_server`], which may
+/// already answer health): the recovery sweep starts, then the server is
+/// ready; at its shutdown it drains — readiness NOT_SERVING, in-flight
+/// steps finishing and persisting for at most `settings.shutdown_grace` —
+/// and returns once it has closed.
+pub async fn serve_on(
+    store: Arc<dyn store::SagaStore>,
+    definition: Arc<SagaDefinition>,
+    settings: Settings,
+    options: ServeOptions,
+    mut server: GrpcServer,
+    console: Option<TcpListener>,
+) -> Result<(), ServeError> {
+    let shutdown = server.shutdown().clone();
     let hub = Arc::new(hub::SagaHub::new());
     let executor = Arc::new(Executor::new(
         store.clone(),
@@ -170,14 +212,13 @@ pub async fn serve_with_console(
             shutdown.clone(),
         ))
     });
-    let routes = grpc_routes(app, &settings, &options).await?;
-    let served = server::serve_with(&options, routes, listener, shutdown).await;
+    server.ready(grpc_routes(app, &settings, &options));
+    let served = server.run(drain(&executor, settings.shutdown_grace)).await;
     let _ = sweeper.await;
     let _ = purge.await;
     if let Some(console) = console {
         console_stopped(console).await;
     }
-    drain(&executor, settings.shutdown_grace).await;
     served
 }
 
@@ -203,40 +244,32 @@ fn spawn_purge(
     ))
 }
 
-/// The gRPC services (`saga.v1` OrderService and SagaService, reflection,
-/// health), each accepting requests up to the configured size.
-async fn grpc_routes(
+/// The `saga.v1` services, OrderService and SagaService, each accepting
+/// requests up to the configured size (health and reflection are the
+/// server's own).
+fn grpc_routes(
     app: Arc<app::Orchestrator>,
     settings: &Settings,
     options: &ServeOptions,
-) -> Result<tonic::service::Routes, ServeError> {
+) -> tonic::service::Routes {
     use saga_proto::saga::v1::order_service_server::OrderServiceServer;
     use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
 
     let limit = options.max_request_bytes;
-    let routes = tonic::service::Routes::new(
+    tonic::service::Routes::new(
         OrderServiceServer::new(grpc::OrderApi::new(app.clone(), settings.max_wait))
             .max_decoding_message_size(limit),
     )
     .add_service(
         SagaServiceServer::new(grpc::SagaApi::new(app).with_admin(options.admin.clone()))
             .max_decoding_message_size(limit),
-    );
-    server::with_standard_services(
-        routes,
-        saga_proto::FILE_DESCRIPTOR_SET,
-        &[
-            <OrderServiceServer<grpc::OrderApi> as tonic::server::NamedService>::NAME,
-            <SagaServiceServer<grpc::SagaApi> as tonic::server::NamedService>::NAME,
-        ],
-        limit,
     )
-    .await
 }
 
-/// After the server stopped accepting calls: lets in-flight steps finish
-/// and persist, for at most `grace`; what is still running then resumes
-/// from its persisted state on the next start (or another instance).
+/// From the shutdown on, while the server drains (readiness NOT_SERVING,
+/// new calls refused): lets in-flight steps finish and persist, for at most
+/// `grace`; what is still running then resumes from its persisted state on
+/// the next start (or another instance).
 async fn drain(executor: &Executor, grace: std::time::Duration) {
     if tokio::time::timeout(grace, executor.drained())
         .await

@@ -28,16 +28,27 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// Start-up: the gRPC server answers health (liveness SERVING, readiness
+/// NOT_SERVING) from the bind on, while the saga store opens — MongoDB may
+/// not be up yet — and is ready once the store is open and the recovery
+/// sweep has started; it drains on SIGTERM/SIGINT.
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     service_kit::telemetry::init(config.engine.log_format);
     // Bad TLS files or token: a start-up error naming the flag.
     let options =
         service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
+    // A steps file that does not make a saga stops the start-up before
+    // anything listens.
+    let specs = config.steps.specs()?;
     let shutdown = Shutdown::new();
     shutdown.on_signals();
     if config.metrics.start()?.is_some() {
         orchestrator::retention::describe();
     }
+    let listener = service_kit::server::bind(config.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "orchestrator answering health; ready once its store is open");
+    let mut server = orchestrator::grpc_server(&options, listener, &shutdown)?;
+    server.start();
     let retention = config.retention.settings();
     let store = orchestrator::open_saga_store(
         &config.mongo,
@@ -47,7 +58,6 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         &shutdown,
     )
     .await?;
-    let specs = config.steps.specs()?;
     let definition = OrderParticipants::with_caller(
         orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?,
         orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?,
@@ -55,8 +65,6 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     )
     .definition_of(&specs, &config.tls)?;
     tracing::info!(steps = ?definition.names().iter().map(|n| n.name).collect::<Vec<_>>(), "the saga's steps");
-    let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "orchestrator serving");
     let console = match config.console.listen() {
         Some(addr) => {
             let console = service_kit::server::bind(addr).await?;
@@ -77,14 +85,13 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     settings.console = config.console.settings();
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
-    orchestrator::serve_with_console(
+    orchestrator::serve_on(
         store,
         Arc::new(definition),
         settings,
         options,
-        listener,
+        server,
         console,
-        shutdown,
     )
     .await?;
     Ok(())

@@ -31,7 +31,7 @@ use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
 use crate::{CompensationResult, metrics};
 use service_kit::clock::SharedClock;
 use service_kit::metrics::CallTimer;
-use service_kit::server::{ServeError, ServeOptions};
+use service_kit::server::{GrpcServer, ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
 use std::future::Future;
 use std::sync::Arc;
@@ -186,12 +186,34 @@ impl Kit {
         }
     }
 
+    /// This participant's gRPC server on `listener`: `service` (its own
+    /// gRPC service), `participant.v1.OperationHistoryService` and the
+    /// `faults.v1` admin API behind readiness, with health and reflection,
+    /// draining once `shutdown` fires. Started at once
+    /// ([`GrpcServer::start`]) it answers health while the store opens;
+    /// [`Kit::serve_on`] makes it ready.
+    pub fn server(
+        &self,
+        service: &'static str,
+        listener: TcpListener,
+        shutdown: &Shutdown,
+    ) -> Result<GrpcServer, ServeError> {
+        GrpcServer::new(
+            &self.options,
+            listener,
+            saga_proto::FILE_DESCRIPTOR_SET,
+            &[service, history_service::SERVICE_NAME, faults::SERVICE_NAME],
+            shutdown,
+        )
+    }
+
     /// Serves `routes` (the participant's own service, named `service`)
     /// plus `participant.v1.OperationHistoryService` over `log`, the
     /// `faults.v1` admin API, reflection and health on `listener` until
-    /// `shutdown` fires; beside it, the purge of `expiry` (the same store)
-    /// every purge interval, its gauge labelled `store_size_bytes{service =
-    /// label}`.
+    /// `shutdown` fires and the calls in flight have finished; beside it,
+    /// the purge of `expiry` (the same store) every purge interval, its
+    /// gauge labelled `store_size_bytes{service = label}`. Ready at once:
+    /// the store is open.
     #[allow(clippy::too_many_arguments)]
     pub async fn serve(
         &self,
@@ -203,39 +225,36 @@ impl Kit {
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> Result<(), ServeError> {
+        let server = self.server(service, listener, &shutdown)?;
+        self.serve_on(routes, label, log, expiry, server).await
+    }
+
+    /// [`Kit::serve`] on a `server` from [`Kit::server`], which may already
+    /// be answering health: ready from now, draining once its shutdown
+    /// fires, returning once it has closed.
+    pub async fn serve_on(
+        &self,
+        routes: Routes,
+        label: &'static str,
+        log: Arc<dyn OperationLog>,
+        expiry: Arc<dyn HistoryExpiry>,
+        mut server: GrpcServer,
+    ) -> Result<(), ServeError> {
         let purge = tokio::spawn(service_kit::purge::run_purge_loop(
             Arc::new(HistoryPurger::new(expiry, self.history.keep)),
             label,
             self.history.purge_interval,
             self.clock.clone(),
-            shutdown.clone(),
+            server.shutdown().clone(),
         ));
-        let served = self
-            .serve_routes(routes, service, log, listener, shutdown)
-            .await;
+        server.ready(
+            routes
+                .add_service(history_service::service(log, self))
+                .add_service(faults::service_with(self.faults.clone(), &self.options)),
+        );
+        let served = server.run(std::future::ready(())).await;
         purge.abort();
         served
-    }
-
-    async fn serve_routes(
-        &self,
-        routes: Routes,
-        service: &'static str,
-        log: Arc<dyn OperationLog>,
-        listener: TcpListener,
-        shutdown: Shutdown,
-    ) -> Result<(), ServeError> {
-        let routes = routes
-            .add_service(history_service::service(log, self))
-            .add_service(faults::service_with(self.faults.clone(), &self.options));
-        let routes = service_kit::server::with_standard_services(
-            routes,
-            saga_proto::FILE_DESCRIPTOR_SET,
-            &[service, history_service::SERVICE_NAME, faults::SERVICE_NAME],
-            self.options.max_request_bytes,
-        )
-        .await?;
-        service_kit::server::serve_with(&self.options, routes, listener, shutdown).await
     }
 }
 

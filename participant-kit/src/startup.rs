@@ -1,18 +1,22 @@
 //! A participant binary's start-up, written once: parse the flags, check
-//! TLS and tokens, open the store (MongoDB, waiting for it, or the embedded
-//! file), build the fault injector, bind, start metrics, serve until
-//! SIGTERM/SIGINT, exit non-zero with one line on any start-up error.
+//! TLS and tokens, build the fault injector, bind, start metrics, answer
+//! health (liveness SERVING, readiness NOT_SERVING), open the store
+//! (MongoDB, waiting for it, or the embedded file), then serve — ready —
+//! until SIGTERM/SIGINT and drain; exit non-zero with one line on any
+//! start-up error. The gRPC server answers before the store is open so a
+//! probe can tell a participant waiting for MongoDB (alive, not ready) from
+//! a dead one ([`service_kit::health`]).
 
 use crate::config::{ParticipantConfig, ParticipantDefaults};
 use crate::pipeline::Kit;
 use embedded_store::Durability;
 use service_kit::limits::CallLimits;
+pub use service_kit::server::GrpcServer;
 use service_kit::server::ServeError;
 use service_kit::shutdown::Shutdown;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 
 /// Any start-up error; printed as one line.
 pub type BoxError = Box<dyn std::error::Error>;
@@ -22,6 +26,10 @@ pub type BoxError = Box<dyn std::error::Error>;
 pub trait Participant: ParticipantDefaults {
     /// The participant's store trait object, e.g. `dyn PaymentStore`.
     type Store: ?Sized + Send + Sync + 'static;
+
+    /// The full name of its own gRPC service (`payment.v1.PaymentService`):
+    /// health and reflection answer for it before the store is open.
+    const SERVICE: &'static str;
 
     /// Opens (creating if needed) the embedded store at `path`.
     fn open_embedded(path: &Path, durability: Durability) -> Result<Arc<Self::Store>, BoxError>;
@@ -33,14 +41,14 @@ pub trait Participant: ParticipantDefaults {
         history_retention: std::time::Duration,
     ) -> impl Future<Output = Result<Arc<Self::Store>, BoxError>>;
 
-    /// Serves the participant's gRPC service over `store` on `listener`
-    /// until `shutdown` fires, with `kit`'s faults and options (usually
-    /// through [`Kit::serve`]).
+    /// Serves the participant's gRPC service over `store` on `server`
+    /// (from [`Kit::server`], maybe already answering health) until its
+    /// shutdown fires and the calls in flight have finished, with `kit`'s
+    /// faults and options (usually through [`Kit::serve_on`]).
     fn serve(
         store: Arc<Self::Store>,
         kit: Kit,
-        listener: TcpListener,
-        shutdown: Shutdown,
+        server: GrpcServer,
     ) -> impl Future<Output = Result<(), ServeError>>;
 }
 
@@ -99,7 +107,7 @@ async fn check_transaction_lifetime(db: &mongodb::Database, limits: &CallLimits)
     }
 }
 
-/// Start-up and serving, until SIGTERM/SIGINT.
+/// Start-up and serving, until SIGTERM/SIGINT and the drain after it.
 pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), BoxError> {
     // Checked before anything else: a bad TLS file or token stops start-up
     // at once, naming the flag.
@@ -109,22 +117,13 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
     let history = config.retention.settings()?;
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    let store = match &config.mongodb_uri {
-        Some(uri) => {
-            let db = mongo_client::connect(uri, &config.mongodb_database, P::NAME, shutdown.wait())
-                .await?;
-            check_transaction_lifetime(&db, &config.retention.limits()).await;
-            P::open_mongo(db, history.keep).await?
-        }
-        None => P::open_embedded(&config.database_path(), config.durability)?,
-    };
     let faults = Arc::new(config.faults.build()?);
     let settings = faults.settings();
     if settings.is_enabled() {
         tracing::warn!(%settings, "fault injection ON: calls will fail, be delayed or lose replies on purpose");
     }
     let listener = service_kit::server::bind(config.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "{} serving", P::NAME);
+    tracing::info!(addr = %listener.local_addr()?, "{} answering health; ready once its store is open", P::NAME);
     // After the gRPC port is bound, so a busy gRPC port fails start-up
     // before an exporter is left serving. Logs the scrape URL.
     match config.metrics.start()? {
@@ -144,8 +143,30 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
         "operationHistory retention"
     );
     let kit = Kit::new(faults, options).with_history(history);
-    P::serve(store, kit, listener, shutdown).await?;
+    let mut server = kit.server(P::SERVICE, listener, &shutdown)?;
+    server.start();
+    let store = open_store::<P>(&config, history.keep, &shutdown).await?;
+    P::serve(store, kit, server).await?;
     Ok(())
+}
+
+/// The participant's store: MongoDB when a URI is configured (waiting for
+/// the server until it answers or `shutdown` fires, then making the
+/// indexes), else the embedded file.
+async fn open_store<P: Participant>(
+    config: &ParticipantConfig<P>,
+    keep: std::time::Duration,
+    shutdown: &Shutdown,
+) -> Result<Arc<P::Store>, BoxError> {
+    match &config.mongodb_uri {
+        Some(uri) => {
+            let db = mongo_client::connect(uri, &config.mongodb_database, P::NAME, shutdown.wait())
+                .await?;
+            check_transaction_lifetime(&db, &config.retention.limits()).await;
+            P::open_mongo(db, keep).await
+        }
+        None => P::open_embedded(&config.database_path(), config.durability),
+    }
 }
 
 /// Declares a participant in one place: its names and defaults (see
@@ -154,10 +175,12 @@ pub async fn run<P: Participant>(config: ParticipantConfig<P>) -> Result<(), Box
 /// (the generated server type and the adapter it wraps, whose constructor
 /// is `new(store, kit)`). The store trait must extend
 /// [`OperationLog`](crate::OperationLog). Expands to the marker type, its
-/// [`Participant`] impl and a `pub async fn serve(store, kit, listener,
+/// [`Participant`] impl, a `pub async fn serve(store, kit, listener,
 /// shutdown)` that serves the service (with `OperationHistoryService` over
 /// the store, the `faults.v1` admin API, reflection and health, and the
-/// store's purge) until `shutdown` fires. The store trait must also extend
+/// store's purge) until `shutdown` fires and the calls in flight have
+/// finished, and `pub async fn serve_on(store, kit, server)`, the same on a
+/// server from [`Kit::server`] that may already answer health. The store trait must also extend
 /// [`HistoryExpiry`](crate::HistoryExpiry), and the MongoDB type have
 /// `open_with(db, history_retention)`.
 #[macro_export]
@@ -195,6 +218,9 @@ macro_rules! participant {
         impl $crate::startup::Participant for $type {
             type Store = $store;
 
+            const SERVICE: &'static str =
+                <$server<$api> as $crate::__private::NamedService>::NAME;
+
             fn open_embedded(
                 path: &::std::path::Path,
                 durability: $crate::__private::Durability,
@@ -212,29 +238,40 @@ macro_rules! participant {
             async fn serve(
                 store: ::std::sync::Arc<Self::Store>,
                 kit: $crate::Kit,
-                listener: $crate::__private::TcpListener,
-                shutdown: $crate::__private::Shutdown,
+                server: $crate::startup::GrpcServer,
             ) -> Result<(), $crate::__private::ServeError> {
-                serve(store, kit, listener, shutdown).await
+                serve_on(store, kit, server).await
             }
         }
 
         /// Serves this participant's gRPC service over `store` (with `kit`'s
         /// faults, TLS, tokens and limits, plus `OperationHistoryService`
         /// over the same store, the `faults.v1` admin API, reflection and
-        /// health) on `listener` until `shutdown` fires.
+        /// health) on `listener` until `shutdown` fires and the calls in
+        /// flight have finished.
         pub async fn serve(
             store: ::std::sync::Arc<$store>,
             kit: $crate::Kit,
             listener: $crate::__private::TcpListener,
             shutdown: $crate::__private::Shutdown,
         ) -> Result<(), $crate::__private::ServeError> {
+            let name = <$type as $crate::startup::Participant>::SERVICE;
+            let server = kit.server(name, listener, &shutdown)?;
+            serve_on(store, kit, server).await
+        }
+
+        /// [`serve`] on `server` (from `Kit::server`, which may already
+        /// answer health): ready from now until its shutdown.
+        pub async fn serve_on(
+            store: ::std::sync::Arc<$store>,
+            kit: $crate::Kit,
+            server: $crate::startup::GrpcServer,
+        ) -> Result<(), $crate::__private::ServeError> {
             let api = $server::new(<$api>::new(store.clone(), kit.clone()))
                 .max_decoding_message_size(kit.max_request_bytes());
-            let name = <$server<$api> as $crate::__private::NamedService>::NAME;
             let log: $crate::__private::Arc<dyn $crate::OperationLog> = store.clone();
             let expiry: $crate::__private::Arc<dyn $crate::HistoryExpiry> = store;
-            kit.serve($crate::__private::Routes::new(api), name, $name, log, expiry, listener, shutdown)
+            kit.serve_on($crate::__private::Routes::new(api), $name, log, expiry, server)
                 .await
         }
     };

@@ -45,6 +45,7 @@ pub mod coalesced_writes;
 pub mod deadline;
 pub mod errors;
 pub mod fingerprint;
+pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod purge;

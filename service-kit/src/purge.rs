@@ -73,6 +73,10 @@ pub trait Purger: Send + Sync + 'static {
 
 /// Gives the retention metrics their `# HELP` text.
 pub fn describe() {
+    metrics::describe_counter!(
+        "store_purge_rounds_total",
+        "Purge rounds finished (each: expired batches deleted, free pages released, sizes read): that the purge is running."
+    );
     metrics::describe_gauge!(
         "store_size_bytes",
         "Size of the service's store by its own accounting: SQLite page_count × page_size (WAL excluded); MongoDB collStats size + totalIndexSize of the service's collections (SecantusDB reports logical BSON size)."
@@ -161,6 +165,7 @@ pub async fn purge_round(
         }
         Err(error) => tracing::warn!(service, %error, "reading the store size failed"),
     }
+    metrics::counter!("store_purge_rounds_total", "service" => service).increment(1);
 }
 
 #[cfg(test)]

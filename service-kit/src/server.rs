@@ -1,17 +1,44 @@
-//! gRPC server start-up shared by the three services: every server gets
-//! reflection (v1 and v1alpha — grpcurl 1.8.6 only speaks v1alpha) and
-//! `grpc.health.v1`, and stops serving when the [`Shutdown`] fires.
+//! gRPC serving shared by the three services: every server gets reflection
+//! (v1 and v1alpha — grpcurl 1.8.6 only speaks v1alpha) and
+//! `grpc.health.v1` with readiness and liveness apart ([`crate::health`]).
+//!
+//! A [`GrpcServer`] lives through four moments:
+//!
+//! 1. **Started** ([`GrpcServer::start`]) right after the bind, before the
+//!    store is opened: health answers (liveness SERVING, readiness
+//!    NOT_SERVING) and so does reflection; the services answer UNAVAILABLE.
+//! 2. **Ready** ([`GrpcServer::ready`]) with the services' routes, once the
+//!    store is open: readiness SERVING, calls served.
+//! 3. **Draining** from the first moment of the shutdown
+//!    ([`GrpcServer::run`]): readiness NOT_SERVING, new calls to the
+//!    services UNAVAILABLE, liveness still SERVING, while the calls in
+//!    flight and the service's own work (the orchestrator's steps) finish.
+//! 4. **Closed**: the listener and the connections end; the process exits.
+//!
+//! One server started early with its services behind a gate, rather than
+//! the store opened before the bind or a health-only server replaced by the
+//! full one once the store is open: opening MongoDB can last as long as
+//! MongoDB is down, and only a server that already answers can tell a probe
+//! "alive, not ready" meanwhile; a replaced server would drop the probes'
+//! connections at the switch and leave a moment in which nothing accepts.
+//! The gate costs one look at the request path per call. A server whose
+//! store is already open (the tests' in-process services) is made ready
+//! before it accepts anything, so it never answers UNAVAILABLE.
+//!
+//! The server stays open through the drain, instead of closing its listener
+//! at the signal, so that a probe can read NOT_SERVING (and liveness
+//! SERVING) while in-flight work finishes.
 //!
 //! [`ServeOptions`] carries what the security and limit flags decide for one
 //! server — TLS ([`crate::tls`]), the admin token ([`crate::auth`]) and the
 //! largest accepted request ([`LimitsConfig`]) — built once from the flags
-//! by [`ServeOptions::from_flags`]. [`serve_with`] applies the TLS part; the
-//! services apply the rest when they build their generated servers
-//! (`.max_decoding_message_size(options.max_request_bytes)`, an
-//! [`TokenAuth`] check in each admin RPC). [`serve`] is plaintext with the
-//! defaults, as before.
+//! by [`ServeOptions::from_flags`]. [`GrpcServer::new`] applies the TLS
+//! part; the services apply the rest when they build their generated
+//! servers (`.max_decoding_message_size(options.max_request_bytes)`, a
+//! [`TokenAuth`] check in each admin RPC).
 
 use crate::auth::{AdminConfig, InvalidToken, Role, TokenAuth};
+use crate::health::{Gate, Readiness};
 use crate::shutdown::Shutdown;
 use crate::tls::{TlsConfig, TlsError};
 use std::fmt;
@@ -184,6 +211,9 @@ pub enum ServeError {
     #[error("transport: {}", crate::tls::error_chain(.0))]
     /// The transport failed (TLS set-up, the listener).
     Transport(#[from] tonic::transport::Error),
+    #[error("the server task failed: {0}")]
+    /// The task serving the connections panicked.
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// Binds `addr` (port 0 picks a free port; read it back with `local_addr`).
@@ -193,14 +223,152 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Adds reflection and health to `routes`, each accepting requests of at
-/// most `max_request_bytes`, and marks every `served` service as serving.
-/// Reflection advertises the `served` services and health — not every
-/// service in `descriptors` (the encoded file descriptor set the services'
-/// protos were compiled into; the runtime takes it as a value so it knows
-/// no service's proto).
-pub async fn with_standard_services(
-    routes: Routes,
+/// One service's gRPC server, from the bind to the exit; see the module
+/// docs for its life.
+///
+/// Nothing is accepted until [`GrpcServer::start`] (health and reflection
+/// only) or [`GrpcServer::ready`] (everything); [`GrpcServer::run`] serves
+/// until the shutdown and then drains. Dropped without `run` (a start-up
+/// error), it stops at once.
+pub struct GrpcServer {
+    readiness: Readiness,
+    gate: Gate,
+    shutdown: Shutdown,
+    /// The server, built but not yet accepting.
+    pending: Option<Pin<Box<dyn Future<Output = Served> + Send>>>,
+    /// The server accepting, on its own task.
+    task: Option<tokio::task::JoinHandle<Served>>,
+}
+
+/// How the server's accept loop ended.
+type Served = Result<(), tonic::transport::Error>;
+
+impl fmt::Debug for GrpcServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrpcServer")
+            .field("readiness", &self.readiness)
+            .field("accepting", &self.task.is_some())
+            .finish()
+    }
+}
+
+impl GrpcServer {
+    /// A server on `listener` for the services named `served` (their
+    /// protos in `descriptors`, the encoded file descriptor set, which
+    /// reflection serves — only for `served` and health), exposed as
+    /// `options` say, draining once `shutdown` fires. Fails on a TLS
+    /// set-up error or a descriptor set reflection cannot read.
+    pub fn new(
+        options: &ServeOptions,
+        listener: TcpListener,
+        descriptors: &'static [u8],
+        served: &[&'static str],
+        shutdown: &Shutdown,
+    ) -> Result<GrpcServer, ServeError> {
+        let readiness = Readiness::new(served, shutdown);
+        let always = standard_routes(&readiness, descriptors, served, options.max_request_bytes)?;
+        let gate = Gate::new(readiness.clone(), always);
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &options.tls {
+            crate::tls::install_crypto_provider();
+            builder = builder.tls_config(tls.clone())?;
+        }
+        let closing = readiness.clone();
+        let serving = builder
+            .layer(tower_layer::layer_fn(OversizeIsResourceExhausted))
+            .serve_with_incoming_shutdown(gate.clone(), incoming(listener), async move {
+                closing.closed().await
+            });
+        Ok(GrpcServer {
+            readiness,
+            gate,
+            shutdown: shutdown.clone(),
+            pending: Some(Box::pin(serving)),
+            task: None,
+        })
+    }
+
+    /// Starts accepting: health (liveness SERVING, readiness NOT_SERVING)
+    /// and reflection answer from now on, the services UNAVAILABLE until
+    /// [`GrpcServer::ready`]. A no-op once accepting.
+    pub fn start(&mut self) {
+        if let Some(serving) = self.pending.take() {
+            self.task = Some(tokio::spawn(serving));
+        }
+    }
+
+    /// The services are ready: `routes` answers their calls and readiness
+    /// reads SERVING from now until the shutdown. Starts accepting if it
+    /// had not, after the routes are in place, so a server started ready
+    /// never answers UNAVAILABLE. Only the first call's routes are used.
+    pub fn ready(&mut self, routes: Routes) {
+        if self.gate.open(routes) {
+            tracing::info!("ready: readiness SERVING");
+        } else {
+            tracing::warn!("GrpcServer::ready called twice; the first routes stay");
+        }
+        self.start();
+    }
+
+    /// The shutdown this server drains on.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// What this server's health reports.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// Serves until the shutdown fires, then drains: readiness reads
+    /// NOT_SERVING and new calls to the services are refused UNAVAILABLE
+    /// at once, while health (liveness SERVING) keeps answering until both
+    /// `drain` (the service's own in-flight work) and the calls in flight
+    /// have finished; then the server closes. Returns early with the
+    /// server's error if it fails before the shutdown.
+    pub async fn run(mut self, drain: impl Future<Output = ()>) -> Result<(), ServeError> {
+        self.start();
+        let Some(mut task) = self.task.take() else {
+            return Ok(());
+        };
+        tokio::select! {
+            ended = &mut task => {
+                self.readiness.close();
+                return joined(ended);
+            }
+            () = self.shutdown.wait() => {}
+        }
+        tracing::info!(
+            "draining: readiness NOT_SERVING, new calls refused, calls in flight finishing"
+        );
+        tokio::join!(drain, self.gate.idle());
+        self.readiness.close();
+        let closed = joined(task.await);
+        tracing::info!("gRPC server closed");
+        closed
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        self.readiness.close();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The server task's end as this module's error.
+fn joined(ended: Result<Served, tokio::task::JoinError>) -> Result<(), ServeError> {
+    Ok(ended??)
+}
+
+/// Health and reflection, each accepting requests of at most
+/// `max_request_bytes`. Reflection advertises the `served` services and
+/// health — not every service in `descriptors` (the runtime takes the
+/// descriptor set as a value, so it knows no service's proto).
+fn standard_routes(
+    readiness: &Readiness,
     descriptors: &'static [u8],
     served: &[&'static str],
     max_request_bytes: usize,
@@ -215,56 +383,21 @@ pub async fn with_standard_services(
         }
         builder
     };
-    let (reporter, health) = tonic_health::server::health_reporter();
-    for name in served {
-        reporter
-            .set_service_status(*name, tonic_health::ServingStatus::Serving)
-            .await;
-    }
-    Ok(routes
-        .add_service(health.max_decoding_message_size(max_request_bytes))
-        .add_service(
-            reflection()
-                .build_v1()?
-                .max_decoding_message_size(max_request_bytes),
-        )
-        .add_service(
-            reflection()
-                .build_v1alpha()?
-                .max_decoding_message_size(max_request_bytes),
-        ))
-}
-
-/// Serves `routes` on `listener` in plaintext until `shutdown` fires;
-/// in-flight calls are allowed to finish.
-pub async fn serve(
-    routes: Routes,
-    listener: TcpListener,
-    shutdown: Shutdown,
-) -> Result<(), ServeError> {
-    serve_with(&ServeOptions::default(), routes, listener, shutdown).await
-}
-
-/// Serves `routes` on `listener` until `shutdown` fires, over TLS when
-/// `options.tls` is set; in-flight calls are allowed to finish. (The admin
-/// check and the request limit are applied by the services themselves.)
-pub async fn serve_with(
-    options: &ServeOptions,
-    routes: Routes,
-    listener: TcpListener,
-    shutdown: Shutdown,
-) -> Result<(), ServeError> {
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &options.tls {
-        crate::tls::install_crypto_provider();
-        builder = builder.tls_config(tls.clone())?;
-    }
-    builder
-        .layer(tower_layer::layer_fn(OversizeIsResourceExhausted))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming(listener), async move { shutdown.wait().await })
-        .await?;
-    Ok(())
+    Ok(Routes::new(
+        readiness
+            .health_service()
+            .max_decoding_message_size(max_request_bytes),
+    )
+    .add_service(
+        reflection()
+            .build_v1()?
+            .max_decoding_message_size(max_request_bytes),
+    )
+    .add_service(
+        reflection()
+            .build_v1alpha()?
+            .max_decoding_message_size(max_request_bytes),
+    ))
 }
 
 /// Answers RESOURCE_EXHAUSTED — what the gRPC status code guide prescribes

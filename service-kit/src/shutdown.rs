@@ -1,6 +1,12 @@
 //! Graceful shutdown as a value: one [`Shutdown`] is cloned into every task
 //! that must stop; triggering it wakes them all, and late subscribers see it
 //! immediately.
+//!
+//! Triggering it is also the first moment of the drain: the server's
+//! [`Readiness`](crate::health::Readiness) reads this very flag, so its
+//! health answers NOT_SERVING from the trigger on, with nothing to be told
+//! and no task in between, while the server keeps answering until the work
+//! in flight has finished ([`crate::server::GrpcServer::run`]).
 
 use tokio::sync::watch;
 
@@ -25,7 +31,8 @@ impl Shutdown {
         }
     }
 
-    /// Asks everything holding a clone to stop.
+    /// Asks everything holding a clone to stop; readiness reads
+    /// NOT_SERVING from now on.
     pub fn trigger(&self) {
         self.tx.send_replace(true);
     }

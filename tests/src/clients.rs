@@ -141,3 +141,33 @@ pub async fn wait_terminal(addr: SocketAddr, saga_id: &str, timeout: Duration) -
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// What the participant at `addr` recorded under `request_id`
+/// (`participant.v1.OperationHistoryService/ListOperations`, without a
+/// token), oldest first.
+pub async fn operations(
+    addr: SocketAddr,
+    request_id: &str,
+) -> Vec<saga_proto::participant::v1::Operation> {
+    use saga_proto::participant::v1 as participant;
+    participant::operation_history_service_client::OperationHistoryServiceClient::new(
+        channel(addr).await,
+    )
+    .list_operations(participant::ListOperationsRequest {
+        request_id: request_id.into(),
+    })
+    .await
+    .expect("list operations")
+    .into_inner()
+    .operations
+}
+
+/// The steps of `saga` in the order their compensations finished, read
+/// from its history (the transitions to `compensated`).
+pub fn compensation_order(saga: &saga::Saga) -> Vec<&str> {
+    saga.history
+        .iter()
+        .filter(|t| !t.step.is_empty() && t.to == "compensated")
+        .map(|t| t.step.as_str())
+        .collect()
+}

@@ -47,7 +47,7 @@ impl Running {
 
     /// A service at `addr` serving as `serve` does until its shutdown is
     /// triggered; `serve`'s error fails the test (see [`Running::halt`]).
-    fn spawn<F, E>(addr: SocketAddr, serve: impl FnOnce(Shutdown) -> F) -> Running
+    pub(crate) fn spawn<F, E>(addr: SocketAddr, serve: impl FnOnce(Shutdown) -> F) -> Running
     where
         F: Future<Output = Result<(), E>> + Send + 'static,
         E: std::fmt::Display,
@@ -165,6 +165,18 @@ impl OrchestratorHarness {
             addr: None,
             console: None,
         }
+    }
+
+    /// The orchestrator of the saga whose steps are payment, inventory and
+    /// then `more` (steps file entries, e.g. [`crate::generic_step`]), as
+    /// the binary builds it from a steps file, with its sagas in `storage`.
+    pub fn with_steps(
+        storage: impl Into<Storage>,
+        payment: SocketAddr,
+        inventory: SocketAddr,
+        more: &[orchestrator::steps_file::StepSpec],
+    ) -> Self {
+        Self::new(storage, crate::saga_with_steps(payment, inventory, more))
     }
 
     /// The order saga's orchestrator over the participants at `payment` and

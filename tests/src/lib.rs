@@ -19,6 +19,11 @@
 //!   store, steps and process to fail precisely.
 //! - [`http`] and [`prometheus`]: GET over HTTP and the Prometheus
 //!   exposition parser, for the tests and the tools.
+//! - Generic steps (`participant.v1.SagaStepService`): [`generic_step`]
+//!   and [`saga_with_steps`] build the saga of a steps file; [`loyalty`]
+//!   starts loyalty-svc in-process, [`shipping`] the NestJS participant as
+//!   a child process; [`on_every_backend_bare!`] gives a scenario both
+//!   participants and no orchestrator, so it starts the one its steps need.
 //! - [`mongo_server`] launches the MongoDB test server (SecantusDB) for the
 //!   tests and the tools (`src/bin/chaos`, `src/bin/loadgen`); [`process`]
 //!   ties every child process to this one and stops it; [`reflection`] and
@@ -33,12 +38,14 @@ pub mod crash;
 pub mod harness;
 pub mod http;
 pub mod intercepted_store;
+pub mod loyalty;
 pub mod mongo_server;
 pub mod process;
 pub mod prometheus;
 pub mod reflection;
 pub mod saga_list;
 pub mod settings;
+pub mod shipping;
 pub mod stack;
 pub mod storage;
 pub mod wrapped_step;
@@ -75,6 +82,40 @@ pub fn order_saga(payment: SocketAddr, inventory: SocketAddr) -> Arc<SagaDefinit
     )
 }
 
+/// A steps file entry for a participant of the generic contract at `addr`:
+/// step `name`, its action and compensation labelled `labels` (default
+/// `act` / `compensate`).
+pub fn generic_step(
+    name: &str,
+    addr: SocketAddr,
+    labels: Option<(&str, &str)>,
+) -> orchestrator::steps_file::StepSpec {
+    let (action, compensation) = labels.unwrap_or(("act", "compensate"));
+    orchestrator::steps_file::StepSpec::Generic(orchestrator::steps_file::GenericSpec {
+        name: name.to_owned(),
+        address: format!("http://{addr}"),
+        action: action.to_owned(),
+        compensation: compensation.to_owned(),
+    })
+}
+
+/// The saga a steps file listing payment, inventory and then `more` makes,
+/// over the real participants, as the orchestrator binary builds it
+/// (`OrderParticipants::definition_of`).
+pub fn saga_with_steps(
+    payment: SocketAddr,
+    inventory: SocketAddr,
+    more: &[orchestrator::steps_file::StepSpec],
+) -> Arc<SagaDefinition> {
+    let mut specs = orchestrator::steps_file::default_steps();
+    specs.extend_from_slice(more);
+    Arc::new(
+        participants(payment, inventory)
+            .definition_of(&specs, &Default::default())
+            .expect("the saga of the steps"),
+    )
+}
+
 /// Steps of the order saga as the orchestrator defines it: the
 /// participants' `--saga-steps` for it.
 pub fn order_saga_steps() -> u32 {
@@ -101,6 +142,34 @@ macro_rules! on_every_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let Some(stack) = $crate::Stack::start_mongo().await else { return };
+                    super::$name(stack).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs each scenario — an `async fn(Stack)` of the test file — once per
+/// storage backend, like [`on_every_backend!`], but on a stack of both
+/// participants *without* an orchestrator: the scenario starts the one its
+/// saga needs (e.g. [`OrchestratorHarness::with_steps`]), and no other
+/// instance can take its sagas over.
+#[macro_export]
+macro_rules! on_every_backend_bare {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Stack::without_orchestrator().await).await;
+                }
+            )*
+        }
+        mod mongo {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(stack) = $crate::Stack::without_orchestrator_mongo().await else { return };
                     super::$name(stack).await;
                 }
             )*

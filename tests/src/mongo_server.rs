@@ -29,11 +29,9 @@
 
 use crate::process;
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A real MongoDB to use instead of a launched test server: `MONGODB_URI`,
@@ -312,7 +310,7 @@ impl Running {
             .process_group(0);
         let mut child = process::spawn_tied(cmd)
             .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        let ready = child.stdout.take().map(watch_for_ready);
+        let ready = child.stdout.take().map(process::watch_for_ready);
         let running = Running { child };
         let why = match ready.map(|r| r.recv_timeout(options.ready_within)) {
             Some(Ok(Some(port))) => return Ok((running, port)),
@@ -338,28 +336,6 @@ impl Drop for Running {
             eprintln!("stopping MongoDB test server pid {}: {e}", self.child.id());
         }
     }
-}
-
-/// Reads the server's stdout on a thread of its own until it closes; the
-/// first `READY <port>` line's port is sent on the returned channel (`None`
-/// if stdout closes first or the port does not parse).
-fn watch_for_ready(stdout: ChildStdout) -> mpsc::Receiver<Option<u16>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(port) = line.strip_prefix("READY ")
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(port.trim().parse().ok());
-            }
-        }
-        if let Some(tx) = tx {
-            let _ = tx.send(None);
-        }
-    });
-    rx
 }
 
 #[cfg(test)]

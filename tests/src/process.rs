@@ -8,9 +8,10 @@
 //! when they are themselves killed.
 
 use std::io;
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, ChildStdout, Command, ExitStatus};
 use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -163,6 +164,30 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
         binary.display()
     );
     binary
+}
+
+/// Reads a child's stdout on a thread of its own until it closes (so the
+/// child never blocks on a full pipe); the port of the first `READY <port>`
+/// line goes on the returned channel (`None` if stdout closes first or the
+/// port does not parse). The MongoDB test server and the NestJS participant
+/// both announce themselves so.
+pub fn watch_for_ready(stdout: ChildStdout) -> mpsc::Receiver<Option<u16>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(port) = line.strip_prefix("READY ")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(port.trim().parse().ok());
+            }
+        }
+        if let Some(tx) = tx {
+            let _ = tx.send(None);
+        }
+    });
+    rx
 }
 
 /// The last `n` lines of a log file (none when it cannot be read).

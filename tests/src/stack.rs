@@ -62,6 +62,15 @@ impl Stack {
         Self::start_on(dir, storage, None).await
     }
 
+    /// Both participants on fresh MongoDB databases of the test target, and
+    /// no orchestrator (see [`Stack::without_orchestrator`]); `None` when no
+    /// MongoDB is available (and not required).
+    pub async fn without_orchestrator_mongo() -> Option<Stack> {
+        let storage = Storage::fresh_mongo()?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        Some(Self::start_on(dir, storage, None).await)
+    }
+
     /// All three services on fresh MongoDB databases of the test target;
     /// `None` when no MongoDB is available (and not required).
     pub async fn start_mongo() -> Option<Stack> {

@@ -99,6 +99,35 @@ impl Storage {
         }
     }
 
+    /// loyalty-svc's store (the generic step participant, `rules` deciding
+    /// whom it refuses) in this storage: `loyalty.db`, or the
+    /// `<prefix>_loyalty` database.
+    pub(crate) async fn loyalty(
+        &self,
+        keep: Duration,
+        rules: loyalty_svc::rules::LoyaltyRules,
+    ) -> Arc<dyn participant_kit::step::StepStore> {
+        match self {
+            Storage::Embedded(dir) => Arc::new(
+                participant_kit::step::SqliteSteps::open(
+                    &dir.join("loyalty.db"),
+                    Durability::Process,
+                    rules,
+                )
+                .expect("open loyalty"),
+            ),
+            Storage::Mongo { uri, prefix } => Arc::new(
+                participant_kit::step::MongoSteps::open_with(
+                    Self::mongo_db(uri, prefix, "loyalty").await,
+                    keep,
+                    rules,
+                )
+                .await
+                .expect("open loyalty"),
+            ),
+        }
+    }
+
     /// The saga store in this storage (default retention).
     pub async fn sagas(&self) -> Arc<dyn orchestrator::store::SagaStore> {
         self.sagas_with(Default::default()).await

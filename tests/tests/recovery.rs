@@ -8,6 +8,7 @@ use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::wrapped_step::{StepHook, Wrapped};
 use saga_tests::{Service, Stack, Storage, fast_retry, start_order, wait_terminal};
+use service_kit::clock::{Clock, FastForwardClock, SharedClock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -111,9 +112,11 @@ async fn a_resumed_step_gets_its_whole_deadline_again() {
     stack.add_stock("sku-apple", 10).await;
     let storage = stack.storage.clone();
     stack.halt(Service::Inventory).await;
+    let clock = FastForwardClock::new();
     let with_deadline = || {
         let mut s = settings("instance-a", 60_000);
         s.retry.step_deadline = Duration::from_millis(1_000);
+        s.clock = clock.clone();
         s
     };
     let first = crashable(storage.clone(), &stack, with_deadline());
@@ -132,7 +135,7 @@ async fn a_resumed_step_gets_its_whole_deadline_again() {
     .await;
     tokio::task::block_in_place(|| first.crash());
     // Past the deadline counted from the step's start.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    clock.fast_forward(Duration::from_millis(1_200));
 
     let second = crashable(storage, &stack, with_deadline());
     until(second.addr, &saga_id, "retries after the restart", |s| {
@@ -252,6 +255,7 @@ async fn orchestrator_with_broken_compensations(
     stack: &Stack,
     broken: &Arc<AtomicBool>,
     retry_window: Option<Duration>,
+    clock: SharedClock,
 ) -> saga_tests::Running {
     let steps = saga_tests::participants(stack.payment.addr, stack.inventory.addr)
         .steps()
@@ -268,7 +272,10 @@ async fn orchestrator_with_broken_compensations(
     retry.compensation_attempts = 3;
     saga_tests::OrchestratorHarness::new(stack.storage.clone(), definition)
         .retry(retry)
-        .adjust(move |settings| settings.retention.retry_window = retry_window)
+        .adjust(move |settings| {
+            settings.retention.retry_window = retry_window;
+            settings.clock = clock;
+        })
         .start()
         .await
 }
@@ -279,9 +286,13 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
     stack.deposit("alice", 1_000).await;
     stack.add_stock("sku-pear", 3).await;
     let broken = Arc::new(AtomicBool::new(true));
-    let orchestrator =
-        orchestrator_with_broken_compensations(&stack, &broken, Some(Duration::from_secs(3600)))
-            .await;
+    let orchestrator = orchestrator_with_broken_compensations(
+        &stack,
+        &broken,
+        Some(Duration::from_secs(3600)),
+        service_kit::clock::system(),
+    )
+    .await;
     let mut sagas = pb::saga_service_client::SagaServiceClient::new(
         saga_tests::channel(orchestrator.addr).await,
     );
@@ -385,7 +396,9 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
     stack.add_stock("sku-pear", 3).await;
     let broken = Arc::new(AtomicBool::new(true));
     let window = Duration::from_millis(300);
-    let orchestrator = orchestrator_with_broken_compensations(&stack, &broken, Some(window)).await;
+    let clock = FastForwardClock::new();
+    let orchestrator =
+        orchestrator_with_broken_compensations(&stack, &broken, Some(window), clock.clone()).await;
     let saga_id = start_order(
         orchestrator.addr,
         "too-late-1",
@@ -398,9 +411,8 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
     let created_ms = millis(failed.created_at);
     assert!(created_ms > 0, "created_at is set");
     let window_ms = i64::try_from(window.as_millis()).expect("ms");
-    while service_kit::time::now_ms() <= created_ms + window_ms {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let past = created_ms + window_ms + 1 - clock.now_ms();
+    clock.fast_forward(Duration::from_millis(u64::try_from(past).unwrap_or(0)));
     broken.store(false, Ordering::SeqCst);
     let mut sagas = pb::saga_service_client::SagaServiceClient::new(
         saga_tests::channel(orchestrator.addr).await,
@@ -434,10 +446,17 @@ async fn retry_saga_refuses_a_failed_saga_older_than_the_retry_window() {
 async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person() {
     let mut stack = Stack::with_inventory_down().await;
     let retry = saga_tests::retry_until(Duration::from_secs(600));
+    let clock = FastForwardClock::new();
     let orchestrator = stack
         .orchestrator_harness()
         .retry(retry)
-        .adjust(|settings| settings.retention.send_window = Some(Duration::from_millis(700)))
+        .adjust({
+            let clock = clock.clone();
+            move |settings| {
+                settings.retention.send_window = Some(Duration::from_millis(700));
+                settings.clock = clock;
+            }
+        })
         .start()
         .await;
     let saga_id = start_order(
@@ -477,13 +496,33 @@ async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person()
     );
 
     // Inventory answers again: the saga stays as it was and no deduct lands.
+    // Hours pass at once (any retry still pending would fire now), and an
+    // order placed after it completes through the same orchestrator.
     stack.restart(Service::Inventory).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    clock.fast_forward(Duration::from_secs(3 * 3_600));
+    let probe = start_order(
+        orchestrator.addr,
+        "send-window-probe",
+        "alice",
+        &[("sku-apple", 2, 1)],
+    )
+    .await;
+    let probed = wait_terminal(orchestrator.addr, &probe, Duration::from_secs(10)).await;
+    assert_eq!(
+        probed.status(),
+        pb::SagaStatus::Completed,
+        "{}",
+        probed.reason
+    );
     assert_eq!(
         saga(orchestrator.addr, &saga_id).await.version,
         failed.version
     );
-    assert_eq!(stack.stock("sku-apple").await, 10);
+    assert_eq!(
+        stack.stock("sku-apple").await,
+        8,
+        "only the probe's 2 units were deducted"
+    );
     orchestrator.stop().await;
     stack.stop().await;
 }

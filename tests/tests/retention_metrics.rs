@@ -78,9 +78,28 @@ async fn what_the_purges_delete_is_counted_exactly() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    // Exact, and still exact a few purges later (nothing counted twice).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let later = scrape(addr).await;
+    // Exact, and still exact three purge rounds of every service later
+    // (nothing counted twice).
+    let rounds = |m: &saga_tests::prometheus::Scrape| {
+        ["orchestrator", "payment-svc", "inventory-svc"].map(|service| {
+            m.value("store_purge_rounds_total", &[("service", service)])
+                .unwrap_or(0.0)
+        })
+    };
+    let before = rounds(&first);
+    let until = Instant::now() + Duration::from_secs(30);
+    let later = loop {
+        let m = scrape(addr).await;
+        let after = rounds(&m);
+        if (0..3).all(|i| after[i] >= before[i] + 3.0) {
+            break m;
+        }
+        assert!(
+            Instant::now() < until,
+            "purges stopped: {before:?} then {after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     for (name, labels, want) in expected {
         assert_eq!(
             first.value(name, labels),

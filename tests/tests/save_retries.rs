@@ -23,9 +23,19 @@ const TTL: Duration = Duration::from_millis(1_000);
 /// An orchestrator over `store`, owner `only-instance`, retrying the
 /// charge for as long as the test needs.
 async fn orchestrator(stack: &Stack, store: Arc<InterceptedStore>) -> Running {
+    orchestrator_on(stack, store, service_kit::clock::system()).await
+}
+
+/// [`orchestrator`] on `clock`.
+async fn orchestrator_on(
+    stack: &Stack,
+    store: Arc<InterceptedStore>,
+    clock: service_kit::clock::SharedClock,
+) -> Running {
     let mut retry = fast_retry();
     retry.action_attempts = 10_000;
-    let settings = saga_tests::instance_settings("only-instance", TTL, retry);
+    let mut settings = saga_tests::instance_settings("only-instance", TTL, retry);
+    settings.clock = clock;
     stack
         .orchestrator_harness()
         .store(store)
@@ -76,7 +86,8 @@ async fn completes_with_its_owner(mut stack: Stack, orchestrator: Running, saga_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_lease() {
     let (stack, store) = stack_with_payment_down().await;
-    let orchestrator = orchestrator(&stack, store.clone()).await;
+    let clock = service_kit::clock::FastForwardClock::new();
+    let orchestrator = orchestrator_on(&stack, store.clone(), clock.clone()).await;
     store.down.store(true, Ordering::SeqCst);
     let saga_id = start_order(orchestrator.addr, "outage-1", "alice", &[("sku-1", 1, 300)]).await;
     until("a save failed on the outage", async || {
@@ -84,9 +95,9 @@ async fn a_save_that_waited_out_an_outage_longer_than_the_lease_writes_a_fresh_l
     })
     .await;
     // The outage outlasts the lease the waiting save was first given.
-    tokio::time::sleep(TTL + TTL / 2).await;
+    clock.fast_forward(TTL + TTL / 2);
     store.down.store(false, Ordering::SeqCst);
-    let back = service_kit::time::now_ms();
+    let back = service_kit::clock::Clock::now_ms(clock.as_ref());
 
     let sagas = stack.storage.sagas().await;
     let mut landed = None;

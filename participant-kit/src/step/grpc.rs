@@ -22,7 +22,7 @@ use saga_proto::participant::v1::act_reply::Outcome;
 use saga_proto::participant::v1::saga_step_service_server::{
     SagaStepService, SagaStepServiceServer,
 };
-use service_kit::server::ServeError;
+use service_kit::server::{GrpcServer, ServeError};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -44,11 +44,15 @@ impl StepApi {
     }
 }
 
+/// The name of `participant.v1.SagaStepService`, which health and
+/// reflection answer for before the store is open.
+pub const SERVICE_NAME: &str = <SagaStepServiceServer<StepApi> as NamedService>::NAME;
+
 /// Serves `SagaStepService` over `store` (with `kit`'s faults, TLS, tokens
 /// and limits), plus `OperationHistoryService` over the same store, the
 /// `faults.v1` admin API, reflection, health and the history purge, on
-/// `listener` until `shutdown` fires; `label` names the store in its size
-/// gauge.
+/// `listener` until `shutdown` fires and the calls in flight have finished;
+/// `label` names the store in its size gauge.
 pub async fn serve(
     store: Arc<dyn StepStore>,
     kit: Kit,
@@ -56,21 +60,24 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
+    let server = kit.server(SERVICE_NAME, listener, &shutdown)?;
+    serve_on(store, kit, label, server).await
+}
+
+/// [`serve`] on `server` (from [`Kit::server`], which may already answer
+/// health): ready from now until its shutdown.
+pub async fn serve_on(
+    store: Arc<dyn StepStore>,
+    kit: Kit,
+    label: &'static str,
+    server: GrpcServer,
+) -> Result<(), ServeError> {
     let api = SagaStepServiceServer::new(StepApi::new(store.clone(), kit.clone()))
         .max_decoding_message_size(kit.max_request_bytes());
-    let name = <SagaStepServiceServer<StepApi> as NamedService>::NAME;
     let log: Arc<dyn OperationLog> = store.clone();
     let expiry: Arc<dyn HistoryExpiry> = store;
-    kit.serve(
-        Routes::new(api),
-        name,
-        label,
-        log,
-        expiry,
-        listener,
-        shutdown,
-    )
-    .await
+    kit.serve_on(Routes::new(api), label, log, expiry, server)
+        .await
 }
 
 fn span(rpc: &'static str, call: &StepCall, trace_id: &str) -> Span {

@@ -34,7 +34,7 @@ pub mod sqlite;
 pub mod store;
 
 pub use call::{Order, OrderLine, StepCall};
-pub use grpc::{StepApi, serve};
+pub use grpc::{SERVICE_NAME, StepApi, serve, serve_on};
 pub use mongo::{MongoRules, MongoSteps};
 pub use protocol::{ACT, COMPENSATE, StepInput};
 pub use rules::{
@@ -92,6 +92,8 @@ macro_rules! step_participant {
         impl $crate::startup::Participant for $type {
             type Store = dyn $crate::step::StepStore;
 
+            const SERVICE: &'static str = $crate::step::SERVICE_NAME;
+
             fn open_embedded(
                 path: &::std::path::Path,
                 durability: $crate::__private::Durability,
@@ -115,10 +117,9 @@ macro_rules! step_participant {
             async fn serve(
                 store: ::std::sync::Arc<Self::Store>,
                 kit: $crate::Kit,
-                listener: $crate::__private::TcpListener,
-                shutdown: $crate::__private::Shutdown,
+                server: $crate::startup::GrpcServer,
             ) -> Result<(), $crate::__private::ServeError> {
-                $crate::step::serve(store, kit, $name, listener, shutdown).await
+                $crate::step::serve_on(store, kit, $name, server).await
             }
         }
     };

@@ -1,6 +1,11 @@
 //! `grpc-health <addr> [service]`: asks a server's `grpc.health.v1` whether
 //! it is SERVING and exits 0 if so, 1 otherwise. Used as the container
-//! healthcheck, so the runtime image needs no shell or extra tools.
+//! healthcheck and as Kubernetes' exec probe, so the runtime image needs no
+//! shell or extra tools. The service name says which answer
+//! ([`service_kit::health`]): `""` (the default) is readiness — NOT_SERVING
+//! until the store is open and again from SIGTERM on, what compose's
+//! `service_healthy` and a readiness probe want — and `liveness` is
+//! SERVING as long as the server answers, what a liveness probe wants.
 //!
 //! It reads the same TLS settings as the services (`--tls-ca`/`TLS_CA`,
 //! `--tls-cert`/`TLS_CERT`, …), so in a container whose service serves TLS
@@ -24,7 +29,8 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 struct Args {
     /// `host:port`, `http://host:port` or `https://host:port`.
     addr: String,
-    /// Service to ask about (empty: the server as a whole).
+    /// Service to ask about: empty (the server as a whole) for readiness,
+    /// `liveness` for liveness, or a served service's full name.
     #[arg(default_value = "")]
     service: String,
     #[command(flatten)]
