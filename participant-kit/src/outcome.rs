@@ -3,11 +3,11 @@
 //! end with — each mapped to one gRPC status in one place, carrying a
 //! `google.rpc.ErrorInfo` with a stable reason (`service_kit::errors`).
 //!
-//! A business refusal's reason comes from the participant's rules, which
-//! know what was refused ([`Refusal::with_info`]: `INSUFFICIENT_FUNDS` in
-//! `payment.v1`, …); the rules work it out again when they replay a
-//! recorded refusal, so a retry gets the same details. The failures the kit
-//! itself decides have their reasons in [`DOMAIN`] (`participant.v1`):
+//! A business refusal's reason is the participant's reason for its kind
+//! ([`crate::RefusalReasons`]: `INSUFFICIENT_FUNDS` in `payment.v1`, …),
+//! so a replayed refusal gets the same details as the first answer. The
+//! failures the kit itself decides have their reasons in [`DOMAIN`]
+//! (`participant.v1`):
 //!
 //! | error | code | reason |
 //! |---|---|---|
@@ -19,7 +19,7 @@
 //! | [`ParticipantError::Store`] | UNAVAILABLE | `STORE_UNAVAILABLE` |
 //! | an injected refusal ([`crate::faults`]) | FAILED_PRECONDITION | `INJECTED_REFUSAL` |
 //! | an injected transient error / lost reply | UNAVAILABLE | `INJECTED_TRANSIENT_ERROR` / `INJECTED_LOST_REPLY` |
-//! | a refusal without a reason of its rules | its code | `REFUSED` |
+//! | a refusal of a kit whose participant names no reasons | its code | `REFUSED` |
 
 use crate::barrier::BarrierError;
 use embedded_store::DbError;
@@ -80,9 +80,9 @@ pub struct Refusal {
     pub reason: RefusalReason,
     /// What the caller is told.
     pub message: String,
-    /// The stable reason and facts the caller's ErrorInfo carries (`None`:
-    /// `REFUSED` in [`DOMAIN`]). Not recorded: the rules work it out again
-    /// from the record and the request when they replay.
+    /// The stable reason the caller's ErrorInfo carries when it is not the
+    /// participant's reason for this kind of refusal (`None`: that one,
+    /// [`crate::RefusalReasons`]). Not recorded.
     pub info: Option<ErrorReason>,
 }
 
@@ -135,8 +135,8 @@ impl Refusal {
     }
 
     /// Reads back [`Refusal::encode`]; unknown codes read as FAILED_PRECONDITION.
-    /// The injected refusal gets its reason back; any other refusal gets it
-    /// from the rules that replay it.
+    /// The injected refusal gets its reason back; any other refusal gets its
+    /// participant's reason for its kind when it is answered.
     pub fn decode(detail: &str) -> Self {
         let (code, message) = detail.split_once(':').unwrap_or(("", detail));
         let reason = match code {
