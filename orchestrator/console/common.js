@@ -306,7 +306,8 @@ const Console = (() => {
       report("retried: now " + statusLabel(saga.status), true);
       return saga;
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401) {
+      if (error instanceof ApiError && error.status === 401 &&
+          error.reason !== CLIENT_TOKEN_REQUIRED) {
         adminToken = null;
         const token = await tokenForm("admin");
         if (token) {

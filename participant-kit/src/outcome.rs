@@ -423,7 +423,7 @@ mod tests {
     }
 
     #[test]
-    fn refusals_carry_their_rules_reason_or_refused() {
+    fn a_refusal_carries_its_own_reason_or_refused() {
         use tonic_types::StatusExt;
         let plain = Status::from(Refusal::new(RefusalReason::NotFound, "gone"));
         assert_eq!(plain.code(), tonic::Code::NotFound);
