@@ -9,8 +9,17 @@
 # with `npm ci` and builds it. Every process it starts is stopped on exit, by
 # pid, also on failure. Closes with one line: `examples: N passed, M failed`.
 #
-#   scripts/test-examples.sh
+#   scripts/test-examples.sh               # install, build, test
+#   scripts/test-examples.sh --build-only  # install and build (the Rust tests start the NestJS app)
+#   scripts/test-examples.sh --built       # test what an earlier --build-only built
 set -euo pipefail
+mode=all
+case "${1:-}" in
+    --build-only) mode=build ;;
+    --built) mode=test ;;
+    "") ;;
+    *) echo "test-examples: unknown option $1 (--build-only, --built)"; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
@@ -54,7 +63,9 @@ finish() {
         done
     fi
     rm -rf "$work"
-    echo "examples: $passed passed, $failed failed"
+    if [ "$mode" != build ] || [ "$status" -ne 0 ]; then
+        echo "examples: $passed passed, $failed failed"
+    fi
     if [ "$status" -eq 0 ] && [ "$failed" -ne 0 ]; then
         exit 1
     fi
@@ -110,11 +121,17 @@ if [ "$node_major" -lt 20 ]; then
 fi
 echo "== node $(node --version), npm $(npm --version)"
 
-for example in nestjs-shipping node-client; do
-    stage="npm ci ($example)"
-    echo "== $example: npm ci && npm run build"
-    (cd "examples/$example" && timeout 600 npm ci --no-audit --no-fund && npm run build --if-present)
-done
+if [ "$mode" != test ]; then
+    for example in nestjs-shipping node-client; do
+        stage="npm ci ($example)"
+        echo "== $example: npm ci && npm run build"
+        (cd "examples/$example" && timeout 600 npm ci --no-audit --no-fund && npm run build --if-present)
+    done
+fi
+if [ "$mode" = build ]; then
+    stage="done"
+    exit 0
+fi
 
 stage="SecantusDB"
 echo "== SecantusDB (in memory, test commands on) for nestjs-shipping"

@@ -179,6 +179,16 @@ stage="cargo build"
 echo "== cargo build (every binary, for the tests that start them as processes)"
 cargo build --locked --workspace --bins --quiet
 
+stage="examples build"
+if [ "$skip_mongo" = 1 ]; then
+    skip "examples build" "the NestJS participant's end-to-end tests need the MongoDB target"
+else
+    # The end-to-end tests with the NestJS shipping step start its built app.
+    echo "== examples build: npm ci && npm run build (the NestJS step's end-to-end tests start it)"
+    run_tool ./scripts/test-examples.sh --build-only
+    export REQUIRE_EXAMPLES=1
+fi
+
 stage="cargo test"
 echo "== cargo test (embedded stores$([ "$skip_mongo" = 1 ] || echo " and MongoDB"))"
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
@@ -188,7 +198,7 @@ if [ "$skip_mongo" = 1 ]; then
     skip examples "the NestJS participant's tests need the MongoDB target"
 else
     echo "== examples in other languages: the NestJS participant on SecantusDB, the Node client on the dev stack"
-    run_tool ./scripts/test-examples.sh
+    run_tool ./scripts/test-examples.sh --built
 fi
 
 stage="chaos soak"

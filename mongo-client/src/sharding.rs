@@ -6,8 +6,8 @@
 //! ([`ShardKey`]) beside its index list, and a test
 //! (`tests/tests/sharding_plan.rs`) checks every unique index against them;
 //! `tests/tests/query_plans.rs` checks that every write filter names its
-//! collection's shard key, so writes go to one shard. The README's SCALING
-//! section explains the choices.
+//! collection's shard key, so writes go to one shard. docs/storage.md,
+//! "Sharding", explains the choices.
 
 use bson::Document;
 use mongodb::IndexModel;

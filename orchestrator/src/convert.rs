@@ -3,7 +3,7 @@
 //! stored.
 
 use crate::app::NewOrder;
-use crate::saga::{Order, OrderItem, Saga, SagaStatus, Step, StepStatus, Transition};
+use crate::saga::{Order, OrderItem, Saga, SagaStatus, StepState, StepStatus, Transition};
 use crate::store::Cursor;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -165,7 +165,7 @@ fn step_status(s: StepStatus) -> pb::StepStatus {
     }
 }
 
-fn step(s: Step) -> pb::Step {
+fn step(s: StepState) -> pb::Step {
     pb::Step {
         name: s.name,
         action: s.action,

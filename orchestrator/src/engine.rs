@@ -24,7 +24,7 @@
 //!   keep a failure that was fixed.
 
 use crate::saga::{
-    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, Step, StepStatus, Transition,
+    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, StepState, StepStatus, Transition,
     TransitionState, bounded_text,
 };
 
@@ -120,7 +120,7 @@ pub fn start(
 ) -> Saga {
     let steps = steps
         .iter()
-        .map(|d| Step {
+        .map(|d| StepState {
             name: d.name.to_owned(),
             action: d.action.to_owned(),
             compensation: d.compensation.to_owned(),

@@ -128,8 +128,8 @@ impl StepStatus {
 
 /// One step of a saga instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
-    /// Step name from the definition, e.g. `payment`.
+pub struct StepState {
+    /// The step name from the definition, e.g. `payment`.
     pub name: String,
     /// Action and compensation names, e.g. `charge` / `refund`.
     pub action: String,
@@ -305,7 +305,7 @@ pub struct Saga {
     /// Where the saga stands.
     pub status: SagaStatus,
     /// Its steps, in forward order.
-    pub steps: Vec<Step>,
+    pub steps: Vec<StepState>,
     /// The transitions, oldest first: all of them, unless the saga has
     /// seen more than [`HISTORY_KEPT`]; then the first
     /// [`HISTORY_HEAD`] and the latest ones, and `history_omitted` counts
@@ -386,7 +386,7 @@ pub struct Lease {
 
 impl Saga {
     /// The step called `name`.
-    pub fn step(&self, name: &str) -> Option<&Step> {
+    pub fn step(&self, name: &str) -> Option<&StepState> {
         self.steps.iter().find(|s| s.name == name)
     }
 

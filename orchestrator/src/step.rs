@@ -13,7 +13,7 @@
 //! wire type reaches the engine or the executor.
 
 use crate::engine::StepNames;
-use crate::saga::{Saga, Step};
+use crate::saga::{Saga, StepState};
 use async_trait::async_trait;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -90,13 +90,17 @@ pub trait SagaStep: Send + Sync + 'static {
     /// The name of the compensation (e.g. `refund`), for display.
     fn compensation(&self) -> &'static str;
     /// Sends the action.
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome;
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome;
     /// Sends the compensation.
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome;
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome;
     /// Reads what the step's participant recorded under the step's request
     /// id, oldest first — for people inspecting the saga (the console);
     /// never part of driving it. `Err` says why it could not be read.
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String>;
+    async fn records(
+        &self,
+        saga: &Saga,
+        step: &StepState,
+    ) -> Result<Vec<ParticipantRecord>, String>;
 }
 
 /// A definition that cannot be used.

@@ -9,7 +9,7 @@ use embedded_store::Durability;
 use orchestrator::engine;
 use orchestrator::executor::{Executor, LeasePolicy, RetryPolicy};
 use orchestrator::hub::SagaHub;
-use orchestrator::saga::{Order, Saga, SagaStatus, Step, StepStatus};
+use orchestrator::saga::{Order, Saga, SagaStatus, StepState, StepStatus};
 use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
 use orchestrator::store::{Created, SagaStore, SqliteSagaStore};
 use service_kit::shutdown::Shutdown;
@@ -37,7 +37,7 @@ struct FakeStep {
 }
 
 impl FakeStep {
-    fn answer(&self, answer: Answer, what: &str, step: &Step) -> StepOutcome {
+    fn answer(&self, answer: Answer, what: &str, step: &StepState) -> StepOutcome {
         assert_eq!(step.request_id, format!("saga-1:{}", self.name));
         if let Ok(mut log) = self.log.lock() {
             log.push(format!("{what} {}", self.name));
@@ -64,15 +64,19 @@ impl SagaStep for FakeStep {
         "undo"
     }
 
-    async fn act(&self, _saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, _saga: &Saga, step: &StepState) -> StepOutcome {
         self.answer(self.action, "do", step)
     }
 
-    async fn compensate(&self, _saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, _saga: &Saga, step: &StepState) -> StepOutcome {
         self.answer(self.compensation, "undo", step)
     }
 
-    async fn records(&self, _saga: &Saga, _step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+    async fn records(
+        &self,
+        _saga: &Saga,
+        _step: &StepState,
+    ) -> Result<Vec<ParticipantRecord>, String> {
         Ok(Vec::new())
     }
 }

@@ -8,7 +8,7 @@ use embedded_store::Durability;
 use orchestrator::engine::{self, StepNames};
 use orchestrator::executor::{Executor, LeasePolicy};
 use orchestrator::hub::SagaHub;
-use orchestrator::saga::{Lease, Order, Saga, Step};
+use orchestrator::saga::{Lease, Order, Saga, StepState};
 use orchestrator::step::{ParticipantRecord, SagaDefinition, SagaStep, StepOutcome};
 use orchestrator::store::{SagaStore, SqliteSagaStore};
 use service_kit::clock::{Clock, ManualClock};
@@ -31,13 +31,13 @@ impl SagaStep for Silent {
     fn compensation(&self) -> &'static str {
         "undo"
     }
-    async fn act(&self, _: &Saga, _: &Step) -> StepOutcome {
+    async fn act(&self, _: &Saga, _: &StepState) -> StepOutcome {
         std::future::pending().await
     }
-    async fn compensate(&self, _: &Saga, _: &Step) -> StepOutcome {
+    async fn compensate(&self, _: &Saga, _: &StepState) -> StepOutcome {
         std::future::pending().await
     }
-    async fn records(&self, _: &Saga, _: &Step) -> Result<Vec<ParticipantRecord>, String> {
+    async fn records(&self, _: &Saga, _: &StepState) -> Result<Vec<ParticipantRecord>, String> {
         Ok(Vec::new())
     }
 }

@@ -6,7 +6,7 @@
 //! the participant's records to the real step.
 
 use async_trait::async_trait;
-use orchestrator::saga::{Saga, Step};
+use orchestrator::saga::{Saga, StepState};
 use orchestrator::step::{ParticipantRecord, SagaStep, StepOutcome};
 use std::sync::Arc;
 
@@ -18,12 +18,12 @@ pub trait StepHook: Send + Sync + 'static {
     fn inner(&self) -> &Arc<dyn SagaStep>;
 
     /// The action.
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         self.inner().act(saga, step).await
     }
 
     /// The compensation.
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         self.inner().compensate(saga, step).await
     }
 }
@@ -52,15 +52,19 @@ impl<H: StepHook> SagaStep for Wrapped<H> {
         self.0.inner().compensation()
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         self.0.act(saga, step).await
     }
 
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         self.0.compensate(saga, step).await
     }
 
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+    async fn records(
+        &self,
+        saga: &Saga,
+        step: &StepState,
+    ) -> Result<Vec<ParticipantRecord>, String> {
         self.0.inner().records(saga, step).await
     }
 }

@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use browser::Browser;
 use orchestrator::order_saga::OrderParticipants;
 use orchestrator::order_saga::call::Caller;
-use orchestrator::saga::{Saga, Step};
+use orchestrator::saga::{Saga, StepState};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use participant_kit::faults::{FaultSettings, TRANSIENT_MESSAGE};
 use saga_proto::faults::v1 as faults;
@@ -91,7 +91,7 @@ impl StepHook for Held {
         &self.inner
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         if saga.order.customer_id == HELD {
             let mut held = self.held.clone();
             let _ = held.wait_for(|held| !held).await;

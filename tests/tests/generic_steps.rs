@@ -27,7 +27,6 @@ use saga_tests::loyalty::Loyalty;
 use saga_tests::{OrchestratorHarness, Stack, compensation_order, fast_retry, operations};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 fn step<'a>(saga: &'a pb::Saga, name: &str) -> &'a pb::Step {

@@ -3,7 +3,7 @@
 //! it idle until its own lease expires and the recovery sweep claims it.
 
 use async_trait::async_trait;
-use orchestrator::saga::{Saga, Step};
+use orchestrator::saga::{Saga, StepState};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
@@ -116,7 +116,7 @@ impl StepHook for SlowAction {
         &self.inner
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         tokio::time::sleep(self.pause).await;
         self.inner.act(saga, step).await
     }

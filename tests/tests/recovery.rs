@@ -2,7 +2,7 @@
 //! FAILED sagas resumed by RetrySaga.
 
 use async_trait::async_trait;
-use orchestrator::saga::{Saga, Step};
+use orchestrator::saga::{Saga, StepState};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
@@ -241,7 +241,7 @@ impl StepHook for BrokenCompensation {
         &self.inner
     }
 
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         if self.broken.load(Ordering::SeqCst) {
             return StepOutcome::Transient("refund path is broken (test)".into());
         }

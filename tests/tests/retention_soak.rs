@@ -1,5 +1,5 @@
 //! Steady-load soak of retention on the embedded stores (ignored: run it
-//! by hand, see README "Retention"):
+//! by hand, see docs/testing.md, "The retention soak"):
 //!
 //! ```sh
 //! SOAK_SECS=300 SOAK_RETENTION_SECS=60 cargo test --release -p saga-tests \
@@ -140,7 +140,7 @@ fn svg(samples: &[(f64, [FileSample; 3])], retention: f64) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a soak of several minutes: run by hand (README, Retention)"]
+#[ignore = "a soak of several minutes: run by hand (docs/testing.md, The retention soak)"]
 async fn embedded_store_sizes_are_flat_after_the_first_retention_period() {
     let secs = env_u64("SOAK_SECS", 300);
     let retention = Duration::from_secs(env_u64("SOAK_RETENTION_SECS", 60));

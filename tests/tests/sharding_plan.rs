@@ -1,4 +1,4 @@
-//! The sharding plan (README, SCALING) agrees with the indexes: every
+//! The sharding plan (docs/storage.md, "Sharding") agrees with the indexes: every
 //! unique index of every collection starts with that collection's shard
 //! key, so `shardCollection` would accept each one and uniqueness (one saga
 //! per request id, one record per request id and kind, one line per

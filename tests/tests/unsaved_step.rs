@@ -16,7 +16,7 @@
 //!   marking).
 
 use async_trait::async_trait;
-use orchestrator::saga::{Saga, SagaStatus, Step, StepStatus};
+use orchestrator::saga::{Saga, SagaStatus, StepState, StepStatus};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
@@ -41,7 +41,7 @@ impl StepHook for HangsAfterDeduct {
         &self.inner
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let outcome = self.inner.act(saga, step).await;
         if outcome == StepOutcome::Done {
             self.applied.store(true, Ordering::SeqCst);

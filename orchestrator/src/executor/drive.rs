@@ -4,7 +4,7 @@
 
 use super::{DriveError, Executor, policy::Call};
 use crate::engine::{self, Next, Outcome};
-use crate::saga::{Saga, Step};
+use crate::saga::{Saga, StepState};
 use crate::step::{Phase, SagaStep, StepOutcome};
 use std::time::Duration;
 use tracing::Instrument;
@@ -178,7 +178,7 @@ impl Executor {
 }
 
 /// Sends `step`'s action or compensation.
-async fn invoke(calls: &dyn SagaStep, saga: &Saga, step: &Step, phase: Phase) -> StepOutcome {
+async fn invoke(calls: &dyn SagaStep, saga: &Saga, step: &StepState, phase: Phase) -> StepOutcome {
     match phase {
         Phase::Action => calls.act(saga, step).await,
         Phase::Compensation => calls.compensate(saga, step).await,

@@ -10,7 +10,7 @@
 //! the saga waits for a person.
 
 use crate::engine::Outcome;
-use crate::saga::Step;
+use crate::saga::StepState;
 use crate::step::{Phase, StepOutcome};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use service_kit::limits::{
@@ -129,7 +129,7 @@ impl RetryPolicy {
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     /// The step called.
-    pub step: &'a Step,
+    pub step: &'a StepState,
     /// Its action or its compensation.
     pub phase: Phase,
     /// Which attempt of that phase this was (from 1).
@@ -193,8 +193,8 @@ mod tests {
         assert!(over > 100, "only {over} of 2000 sleeps exceeded max_delay");
     }
 
-    fn step(started_at_ms: i64) -> Step {
-        Step {
+    fn step(started_at_ms: i64) -> StepState {
+        StepState {
             name: "payment".into(),
             action: "charge".into(),
             compensation: "refund".into(),
@@ -208,7 +208,7 @@ mod tests {
         }
     }
 
-    fn action(step: &Step, attempt: u32, driven_since_ms: i64, now_ms: i64) -> Call<'_> {
+    fn action(step: &StepState, attempt: u32, driven_since_ms: i64, now_ms: i64) -> Call<'_> {
         Call {
             step,
             phase: Phase::Action,

@@ -13,7 +13,7 @@
 //! answer anything; none of it panics or grows memory without bound.
 
 use super::call::Caller;
-use crate::saga::{Saga, Step};
+use crate::saga::{Saga, StepState};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
 use saga_proto::participant::v1 as pb;
@@ -58,7 +58,7 @@ impl GenericStep {
         }
     }
 
-    fn call(&self, saga: &Saga, step: &Step, attempt: u32) -> pb::StepCall {
+    fn call(&self, saga: &Saga, step: &StepState, attempt: u32) -> pb::StepCall {
         let order = &saga.order;
         pb::StepCall {
             request_id: step.request_id.clone(),
@@ -97,7 +97,7 @@ impl SagaStep for GenericStep {
         self.compensation
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let call = self.call(saga, step, step.attempts);
         let reply = self
             .client
@@ -107,7 +107,7 @@ impl SagaStep for GenericStep {
         act_outcome(reply.map(tonic::Response::into_inner))
     }
 
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let call = self.call(saga, step, step.compensation_attempts);
         let reply = self
             .client
@@ -117,7 +117,11 @@ impl SagaStep for GenericStep {
         compensation_outcome(reply.map(tonic::Response::into_inner))
     }
 
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+    async fn records(
+        &self,
+        saga: &Saga,
+        step: &StepState,
+    ) -> Result<Vec<ParticipantRecord>, String> {
         self.caller
             .records(&self.history, saga, &step.request_id)
             .await

@@ -4,7 +4,7 @@
 use super::call::{self, Caller};
 use super::call_batching::{BatchReply, Batcher, BoxFuture, Transport};
 use super::classify::step_outcome_of;
-use crate::saga::{Saga, Step};
+use crate::saga::{Saga, StepState};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
 use saga_proto::inventory::v1 as pb;
@@ -71,7 +71,7 @@ impl SagaStep for InventoryStep {
         "restock"
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let deduct = pb::DeductRequest {
             request_id: step.request_id.clone(),
             lines: lines(saga),
@@ -79,7 +79,7 @@ impl SagaStep for InventoryStep {
         step_outcome_of(self.deductions.call(deduct, call::traceparent(saga)).await)
     }
 
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let restock = pb::RestockRequest {
             request_id: step.request_id.clone(),
             lines: lines(saga),
@@ -92,7 +92,11 @@ impl SagaStep for InventoryStep {
         step_outcome_of(reply)
     }
 
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+    async fn records(
+        &self,
+        saga: &Saga,
+        step: &StepState,
+    ) -> Result<Vec<ParticipantRecord>, String> {
         self.caller
             .records(&self.history, saga, &step.request_id)
             .await

@@ -3,7 +3,7 @@
 use super::call::{self, Caller};
 use super::call_batching::{BatchReply, Batcher, BoxFuture, Transport};
 use super::classify::step_outcome_of;
-use crate::saga::{Saga, Step};
+use crate::saga::{Saga, StepState};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
 use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
@@ -57,7 +57,7 @@ impl SagaStep for PaymentStep {
         "refund"
     }
 
-    async fn act(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let charge = pb::ChargeRequest {
             request_id: step.request_id.clone(),
             customer_id: saga.order.customer_id.clone(),
@@ -66,7 +66,7 @@ impl SagaStep for PaymentStep {
         step_outcome_of(self.charges.call(charge, call::traceparent(saga)).await)
     }
 
-    async fn compensate(&self, saga: &Saga, step: &Step) -> StepOutcome {
+    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
         let refund = pb::RefundRequest {
             request_id: step.request_id.clone(),
             customer_id: saga.order.customer_id.clone(),
@@ -80,7 +80,11 @@ impl SagaStep for PaymentStep {
         step_outcome_of(reply)
     }
 
-    async fn records(&self, saga: &Saga, step: &Step) -> Result<Vec<ParticipantRecord>, String> {
+    async fn records(
+        &self,
+        saga: &Saga,
+        step: &StepState,
+    ) -> Result<Vec<ParticipantRecord>, String> {
         self.caller
             .records(&self.history, saga, &step.request_id)
             .await

@@ -41,38 +41,38 @@ use std::path::Path;
 
 /// One schema version: the column it is recognised by, and the SQL that
 /// adds it (and fills it) on a file of the version before.
-struct Step {
+struct Migration {
     adds: &'static str,
     sql: &'static str,
 }
 
 /// Versions 2 to 6, in order (a step may read a column an earlier one
 /// added).
-const STEPS: &[Step] = &[
-    Step {
+const MIGRATIONS: &[Migration] = &[
+    Migration {
         adds: "lease_until_ms",
         sql: "ALTER TABLE sagas ADD COLUMN lease_owner TEXT;
               ALTER TABLE sagas ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;",
     },
-    Step {
+    Migration {
         adds: "customer_id",
         sql: "ALTER TABLE sagas ADD COLUMN customer_id TEXT NOT NULL DEFAULT '';
               UPDATE sagas SET customer_id = json_extract(doc, '$.order.customer_id');",
     },
-    Step {
+    Migration {
         adds: "claimable_after_ms",
         sql: "ALTER TABLE sagas ADD COLUMN claimable_after_ms INTEGER NOT NULL DEFAULT 0;
               UPDATE sagas SET claimable_after_ms =
                   CASE WHEN status IN ('running', 'compensating') THEN lease_until_ms
                        ELSE 9223372036854775807 END;",
     },
-    Step {
+    Migration {
         adds: "finished_at_ms",
         sql: "ALTER TABLE sagas ADD COLUMN finished_at_ms INTEGER;
               UPDATE sagas SET finished_at_ms = updated_at_ms
                   WHERE status IN ('completed', 'cancelled');",
     },
-    Step {
+    Migration {
         adds: "needs_attention",
         sql: "ALTER TABLE sagas ADD COLUMN needs_attention INTEGER NOT NULL DEFAULT 0;",
     },
@@ -94,7 +94,7 @@ pub(super) fn migrate(path: &Path) -> Result<(), DbError> {
     if !has_table {
         return Ok(());
     }
-    for step in STEPS {
+    for step in MIGRATIONS {
         if !has_column(&tx, step.adds)? {
             tx.execute_batch(step.sql)?;
         }

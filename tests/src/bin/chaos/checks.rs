@@ -40,7 +40,7 @@ impl Checks {
         }
     }
 
-    /// Every check of a finished run, in the order of the README.
+    /// Every check of a finished run, in the order of docs/testing.md, "The chaos soak".
     pub fn judge(&mut self, args: &Args, outcome: &Outcome) {
         println!("== checks");
         self.drive(args, outcome);
