@@ -11,7 +11,7 @@
 //!   participant call;
 //! - **client** ([`ClientConfig`]: `--client-token` / `CLIENT_TOKEN`): the
 //!   orchestrator's client API (CreateOrder, GetSaga, ListSagas,
-//!   WatchSaga) and its console; the admin token passes there too
+//!   WatchSaga, RetrySaga) and its console; the admin token passes there too
 //!   ([`TokenAuth::check_or`]).
 //!
 //! When a role's token is configured its RPCs require the gRPC metadata
@@ -227,16 +227,6 @@ impl TokenAuth {
         self.check(metadata)
     }
 
-    /// Whether `presented` is this role's token (constant-time, over the
-    /// digests), for a credential that does not come as a header — the
-    /// console's event stream, which a browser opens without headers.
-    /// False when no token is configured: there is nothing to present.
-    pub fn is_token(&self, presented: &str) -> bool {
-        self.token
-            .as_ref()
-            .is_some_and(|token| bool::from(digest(presented.as_bytes()).ct_eq(&token.digest)))
-    }
-
     fn verdict(&self, metadata: &MetadataMap) -> Verdict {
         let Some(token) = &self.token else {
             return Verdict::Admitted;
@@ -399,7 +389,8 @@ impl ServiceConfig {
 }
 
 /// Client authentication flags: the token the orchestrator's client API
-/// (CreateOrder, GetSaga, ListSagas, WatchSaga) and its console require.
+/// (CreateOrder, GetSaga, ListSagas, WatchSaga, RetrySaga) and its console
+/// require.
 /// Only `orchestrator serve` has them: the dev stack stays open. Prefer the
 /// environment variable over the flag: command lines are visible to every
 /// local user.
@@ -584,11 +575,6 @@ mod tests {
         assert!(open_client.check_or(&admin, &metadata(None)).is_ok());
         // No admin token: only the client token passes.
         assert!(client.check_or(&TokenAuth::open(), &with_admin).is_err());
-        // The same constant-time comparison for a token given as a value.
-        assert!(client.is_token("client-token"));
-        assert!(!client.is_token("client-toke"));
-        assert!(!client.is_token(""));
-        assert!(!open_client.is_token(""));
     }
 
     #[test]
