@@ -27,6 +27,7 @@
 use crate::faults::{self, CallKind, Faults};
 use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
+use crate::refusal_reasons::RefusalReasons;
 use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
 use crate::{CompensationResult, metrics};
 use service_kit::clock::SharedClock;
@@ -49,6 +50,7 @@ pub struct Kit {
     options: ServeOptions,
     history: HistoryRetention,
     clock: SharedClock,
+    refusal_reasons: RefusalReasons,
 }
 
 impl Kit {
@@ -60,7 +62,15 @@ impl Kit {
             options,
             history: HistoryRetention::default(),
             clock: service_kit::clock::system(),
+            refusal_reasons: RefusalReasons::GENERIC,
         }
+    }
+
+    /// The kit answering business refusals with `reasons` in their
+    /// ErrorInfo (each participant's adapter names its own).
+    pub fn with_refusal_reasons(mut self, reasons: RefusalReasons) -> Kit {
+        self.refusal_reasons = reasons;
+        self
     }
 
     /// The kit measuring time by `clock` (the history's expiry, the purge's
@@ -325,11 +335,14 @@ impl Call<'_> {
     {
         let rpc = self.rpc;
         self.join_caller(&span);
+        let reasons = self.kit.refusal_reasons;
         async {
             let admitted = self.kit.faults.before(self.kind, request_id).await?;
             let reply = apply(admitted.admission()).await;
             metrics::action(rpc, &reply);
-            let reply = reply.map_err(Status::from).and_then(applied);
+            let reply = reply
+                .map_err(Status::from)
+                .and_then(|reply| applied(reply, &reasons));
             self.kit.faults.after(admitted, request_id, reply)
         }
         .instrument(span)
@@ -370,11 +383,12 @@ fn authenticated(rpc: &'static str, check: Result<(), Status>) -> Result<(), Sta
     check
 }
 
-/// Business refusals become their status code; applied results the value.
-fn applied<V>(reply: ActionReply<V>) -> Result<(V, bool), Status> {
+/// Business refusals become their status code with the participant's
+/// ErrorInfo reason; applied results the value.
+fn applied<V>(reply: ActionReply<V>, reasons: &RefusalReasons) -> Result<(V, bool), Status> {
     match reply {
         ActionReply::Applied { value, replayed } => Ok((value, replayed)),
-        ActionReply::Refused { refusal, .. } => Err(refusal.into()),
+        ActionReply::Refused { refusal, .. } => Err(reasons.status(refusal)),
     }
 }
 

@@ -110,7 +110,11 @@ pub fn traceparent(saga: &Saga) -> String {
 pub fn batch_result<T>(result: Option<Result<T, participant::CallError>>) -> Result<T, Status> {
     match result {
         Some(Ok(reply)) => Ok(reply),
-        Some(Err(e)) => Err(Status::new(Code::from_i32(e.code), e.message)),
+        Some(Err(e)) => Err(Status::with_details(
+            Code::from_i32(e.code),
+            e.message,
+            e.details.into(),
+        )),
         None => Err(Status::internal(
             "a batch result with neither a reply nor an error",
         )),
