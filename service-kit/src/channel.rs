@@ -291,10 +291,7 @@ impl Service<http::Request<Body>> for GrpcChannel {
         };
         Box::pin(async move {
             let Some(mut deadline) = deadline else {
-                let response = reply.await.map_err(|error| {
-                    shared.retire(id);
-                    error
-                })?;
+                let response = reply.await.inspect_err(|_| shared.retire(id))?;
                 return Ok(response.map(|inner| ReplyBody {
                     inner,
                     deadline: None,
