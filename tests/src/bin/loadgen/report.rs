@@ -112,7 +112,7 @@ fn header(plan: &Plan, out: &Outcome) {
     );
     if plan.steps == 3 {
         println!(
-            "steps: 3 — payment, inventory, then loyalty-svc (participant.v1.SagaStepService, {} points per order)",
+            "steps: 3 — payment, inventory, then loyalty-svc (participant.v1.SagaStepService, {} point(s) per order)",
             loyalty_svc::rules::points(plan.items as i64 * 100)
         );
     }
