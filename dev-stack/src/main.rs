@@ -12,11 +12,11 @@ use dev_stack::config::{Cli, Command};
 async fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Dev(config) => {
-            service_kit::telemetry::init(config.engine.log_format);
+            let _telemetry = service_kit::telemetry::init(config.engine.log_format);
             dev_stack::stack::run(*config).await
         }
         Command::Seed(config) => {
-            service_kit::telemetry::init(Default::default());
+            let _telemetry = service_kit::telemetry::init(Default::default());
             dev_stack::seed::seed_when_up(&config).await
         }
     };

@@ -21,6 +21,16 @@ use tonic::{Request, Response, Status};
 /// Most lines accepted in one Deduct or Restock.
 pub const MAX_LINES: usize = 100;
 
+/// The ErrorInfo reasons of this participant's business refusals (domain
+/// `inventory.v1`): an unknown product is `PRODUCT_NOT_FOUND`, a deduct over the availability `INSUFFICIENT_STOCK`,
+/// stock added past the largest availability `STOCK_OVERFLOW`. An API: never rename one.
+pub const REFUSAL_REASONS: participant_kit::RefusalReasons = participant_kit::RefusalReasons {
+    domain: "inventory.v1",
+    not_found: "PRODUCT_NOT_FOUND",
+    insufficient: "INSUFFICIENT_STOCK",
+    overflow: "STOCK_OVERFLOW",
+};
+
 /// Implements `inventory.v1.InventoryService` over an [`InventoryStore`].
 pub struct InventoryApi {
     store: Arc<dyn InventoryStore>,
@@ -30,7 +40,10 @@ pub struct InventoryApi {
 impl InventoryApi {
     /// The service over `store`, with `kit`'s faults and admin token.
     pub fn new(store: Arc<dyn InventoryStore>, kit: Kit) -> Self {
-        InventoryApi { store, kit }
+        InventoryApi {
+            store,
+            kit: kit.with_refusal_reasons(REFUSAL_REASONS),
+        }
     }
 }
 

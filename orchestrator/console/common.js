@@ -28,26 +28,145 @@ const Console = (() => {
     return node;
   }
 
-  // An error answered by the API: {code, message, field} and the HTTP status.
+  // An error answered by the API: {code, message, field, reason} and the
+  // HTTP status.
   class ApiError extends Error {
     constructor(status, body) {
       super((body && body.message) || "HTTP " + status);
       this.status = status;
       this.code = (body && body.code) || "HTTP_" + status;
       this.field = body && body.field;
+      this.reason = body && body.reason;
     }
   }
 
+  // The client token, when the orchestrator requires one (it answers 401
+  // with reason CLIENT_TOKEN_REQUIRED): asked for once, kept in this tab's
+  // sessionStorage (gone when the tab closes, never sent to another site)
+  // and sent in the Authorization header of every API call and event
+  // stream — never in a URL.
+  const CLIENT_TOKEN_KEY = "saga-console-client-token";
+  const CLIENT_TOKEN_REQUIRED = "CLIENT_TOKEN_REQUIRED";
+  let asking = null;
+
+  function clientToken() {
+    try {
+      return sessionStorage.getItem(CLIENT_TOKEN_KEY);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  // `headers` with the client token's Authorization, unless they carry one.
+  function withClientToken(headers) {
+    const token = clientToken();
+    const all = Object.assign({}, headers || {});
+    if (token && !all.Authorization) all.Authorization = "Bearer " + token;
+    return all;
+  }
+
+  // Asks for the client token (one form, however many calls were refused
+  // at once); resolves true when one was given.
+  function askClientToken() {
+    if (!asking) {
+      asking = tokenForm("client").then((token) => {
+        asking = null;
+        try {
+          if (token) sessionStorage.setItem(CLIENT_TOKEN_KEY, token);
+          else sessionStorage.removeItem(CLIENT_TOKEN_KEY);
+        } catch (_) {
+          // Storage disabled: the token is not kept; it is asked again.
+        }
+        return Boolean(token);
+      });
+    }
+    return asking;
+  }
+
   async function api(path, options) {
-    const response = await fetch(path, Object.assign({ headers: {} }, options));
+    const request = Object.assign({}, options || {});
+    request.headers = withClientToken(request.headers);
+    const response = await fetch(path, request);
     let body = null;
     try {
       body = await response.json();
     } catch (_) {
       body = null;
     }
+    if (response.status === 401 && body && body.reason === CLIENT_TOKEN_REQUIRED &&
+        (!options || !options.headers || !options.headers.Authorization)) {
+      if (await askClientToken()) return api(path, options);
+    }
     if (!response.ok) throw new ApiError(response.status, body);
     return body;
+  }
+
+  // One server-sent event block ("event: saga\nid: 3\ndata: {...}"): its
+  // type and data, or null when it has no data (a keep-alive comment).
+  function parseEvent(block) {
+    let type = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line === "" || line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") type = value;
+      else if (field === "data") data.push(value);
+    }
+    return data.length ? { type, data: data.join("\n") } : null;
+  }
+
+  // Follows the server-sent events at `path`, read with fetch rather than
+  // EventSource, which cannot send headers: the client token goes in the
+  // Authorization header as on every other call, not in the URL (where
+  // logs and history would keep it). `onEvent({type, data})` gets each
+  // event, `onState("live" | "reconnecting")` the connection's state; a
+  // broken stream is reopened after 3 s. Returns the function that stops.
+  function followEvents(path, onEvent, onState) {
+    let stopped = false;
+    let controller = null;
+    async function read(response) {
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      while (!stopped) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buffer += value.replace(/\r\n?/g, "\n");
+        let end;
+        while (!stopped && (end = buffer.indexOf("\n\n")) >= 0) {
+          const event = parseEvent(buffer.slice(0, end));
+          buffer = buffer.slice(end + 2);
+          if (event) onEvent(event);
+        }
+      }
+    }
+    async function run() {
+      while (!stopped) {
+        controller = new AbortController();
+        try {
+          const response = await fetch(path, {
+            headers: withClientToken({ Accept: "text/event-stream" }),
+            signal: controller.signal,
+          });
+          if (response.status === 401 && (await askClientToken())) continue;
+          if (!response.ok || !response.body) throw new Error("HTTP " + response.status);
+          onState("live");
+          await read(response);
+        } catch (_) {
+          // Broken or refused: reopened below unless stopped.
+        }
+        if (stopped) return;
+        onState("reconnecting");
+        await new Promise((resolve) => setTimeout(resolve, 3000));
+      }
+    }
+    run();
+    return () => {
+      stopped = true;
+      if (controller) controller.abort();
+    };
   }
 
   // Saga and step statuses: a symbol and a word, so they read without
@@ -187,9 +306,10 @@ const Console = (() => {
       report("retried: now " + statusLabel(saga.status), true);
       return saga;
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401) {
+      if (error instanceof ApiError && error.status === 401 &&
+          error.reason !== CLIENT_TOKEN_REQUIRED) {
         adminToken = null;
-        const token = await askToken();
+        const token = await tokenForm("admin");
         if (token) {
           adminToken = token;
           return retry(sagaId, report);
@@ -202,12 +322,13 @@ const Console = (() => {
     }
   }
 
-  // Shows the token form (#token-form) and resolves with what was typed,
-  // or null when cancelled.
-  function askToken() {
-    const form = document.getElementById("token-form");
-    const input = document.getElementById("admin-token");
-    const cancel = document.getElementById("token-cancel");
+  // Asks for a token and resolves with what was typed, or null when
+  // cancelled: the admin token in the page's #token-form, the client token
+  // in a form put at the top of the page.
+  function tokenForm(which) {
+    const form = which === "admin" ? document.getElementById("token-form") : clientTokenForm();
+    const input = form.querySelector("input");
+    const cancel = form.querySelector("button[type=button]");
     return new Promise((resolve) => {
       form.hidden = false;
       input.value = "";
@@ -229,8 +350,27 @@ const Console = (() => {
     });
   }
 
+  // The client token's form (#client-token-form), made once.
+  function clientTokenForm() {
+    const existing = document.getElementById("client-token-form");
+    if (existing) return existing;
+    const form = el("form", { id: "client-token-form", class: "token-form", hidden: true },
+      el("p", {}, "This orchestrator requires its client token to show sagas."),
+      el("label", {}, "Client token ",
+        el("input", { id: "client-token", type: "password", autocomplete: "off", spellcheck: "false" })),
+      " ", el("button", { type: "submit" }, "Use token"),
+      " ", el("button", { type: "button" }, "Cancel"),
+      el("p", { class: "muted" },
+        "Kept in this tab's session storage until the tab closes; sent only to this console, " +
+        "in the Authorization header, never in a URL."));
+    const main = document.querySelector("main") || document.body;
+    main.insertBefore(form, main.firstChild);
+    return form;
+  }
+
   return {
     el, clear, api, ApiError, sagaStatus, stepStatus, statusLabel, isTerminal, money, time,
     millis, duration, ago, sagaLink, errorText, refreshEvery, attentionCount, retry,
+    followEvents,
   };
 })();

@@ -144,20 +144,19 @@
   function follow() {
     if (events) return;
     $("live").textContent = "● live";
-    events = new EventSource(path + "/events");
-    events.addEventListener("saga", (event) => {
+    events = Console.followEvents(path + "/events", (event) => {
+      if (event.type !== "saga") return;
       const saga = JSON.parse(event.data);
       render(saga);
       refreshRecords();
       if (Console.isTerminal(saga.status)) stop();
-    });
-    events.addEventListener("error", () => {
-      $("live").textContent = "● reconnecting…";
+    }, (state) => {
+      $("live").textContent = state === "live" ? "● live" : "● reconnecting…";
     });
   }
 
   function stop() {
-    if (events) events.close();
+    if (events) events();
     events = null;
     $("live").textContent = "final";
     Console.attentionCount();

@@ -369,6 +369,11 @@ pub struct ServeConfig {
     /// Admin token RetrySaga requires (`--admin-token` / `ADMIN_TOKEN`).
     #[command(flatten)]
     pub admin: service_kit::auth::AdminConfig,
+    /// Client token the client API (CreateOrder, GetSaga, ListSagas,
+    /// WatchSaga, RetrySaga) and the console require (`--client-token` /
+    /// `CLIENT_TOKEN`); unset: open to every caller.
+    #[command(flatten)]
+    pub client: service_kit::auth::ClientConfig,
     /// Service token sent with every participant call (`--service-token` /
     /// `SERVICE_TOKEN`), which the participants' saga RPCs require.
     #[command(flatten)]

@@ -9,62 +9,83 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use saga_proto::saga::v1 as pb;
 use service_kit::time::timestamp;
-use service_kit::validate;
+use service_kit::validate::{self, Violations};
 use tonic::Status;
 
 /// Most items one order may have.
 pub const MAX_ITEMS: usize = 100;
 
 /// Validates a CreateOrder and computes its total with overflow checks.
+/// Every bad field is named at once (one BadRequest violation each, in
+/// request order), so a client fixes its request in one round.
 pub fn new_order(r: pb::CreateOrderRequest) -> Result<NewOrder, Status> {
-    validate::id("request_id", &r.request_id)?;
-    validate::id("customer_id", &r.customer_id)?;
-    if r.items.is_empty() {
-        return Err(validate::invalid("items", "must not be empty"));
-    }
-    if r.items.len() > MAX_ITEMS {
-        return Err(validate::invalid(
+    let mut bad = Violations::new();
+    bad.id("request_id", &r.request_id);
+    bad.id("customer_id", &r.customer_id);
+    let total = if r.items.is_empty() {
+        bad.add("items", "must not be empty");
+        None
+    } else if r.items.len() > MAX_ITEMS {
+        bad.add(
             "items",
-            &format!(
+            format!(
                 "at most {MAX_ITEMS} items per order (got {})",
                 r.items.len()
             ),
-        ));
-    }
-    let mut total: i64 = 0;
-    let mut items = Vec::with_capacity(r.items.len());
-    for (i, item) in r.items.into_iter().enumerate() {
-        validate::id(&format!("items[{i}].product_id"), &item.product_id)?;
-        validate::positive(&format!("items[{i}].quantity"), item.quantity)?;
-        validate::positive(
-            &format!("items[{i}].unit_price_cents"),
-            item.unit_price_cents,
-        )?;
-        let line = item
-            .quantity
-            .checked_mul(item.unit_price_cents)
-            .ok_or_else(|| {
-                validate::invalid(
-                    &format!("items[{i}]"),
-                    "quantity × unit_price_cents overflows int64",
-                )
-            })?;
-        total = total
-            .checked_add(line)
-            .ok_or_else(|| validate::invalid("items", "order total overflows int64"))?;
-        items.push(OrderItem {
-            product_id: item.product_id,
-            quantity: item.quantity,
-            unit_price_cents: item.unit_price_cents,
-        });
-    }
+        );
+        None
+    } else {
+        order_total(&r.items, &mut bad)
+    };
+    bad.into_result()?;
+    let total = total.ok_or_else(|| Status::internal("an order total without a bad field"))?;
     Ok(NewOrder {
         request_id: r.request_id,
         customer_id: r.customer_id,
-        items,
+        items: r
+            .items
+            .into_iter()
+            .map(|item| OrderItem {
+                product_id: item.product_id,
+                quantity: item.quantity,
+                unit_price_cents: item.unit_price_cents,
+            })
+            .collect(),
         total_cents: total,
         trace_id: None,
     })
+}
+
+/// Checks each item, noting its bad fields; the order's total when every
+/// line is good and nothing overflows an int64.
+fn order_total(items: &[pb::OrderItem], bad: &mut Violations) -> Option<i64> {
+    let mut total: Option<i64> = Some(0);
+    for (i, item) in items.iter().enumerate() {
+        bad.id(format!("items[{i}].product_id"), &item.product_id);
+        let quantity = bad.positive(format!("items[{i}].quantity"), item.quantity);
+        let price = bad.positive(
+            format!("items[{i}].unit_price_cents"),
+            item.unit_price_cents,
+        );
+        if !(quantity && price) {
+            total = None;
+            continue;
+        }
+        let Some(line) = item.quantity.checked_mul(item.unit_price_cents) else {
+            bad.add(
+                format!("items[{i}]"),
+                "quantity × unit_price_cents overflows int64",
+            );
+            total = None;
+            continue;
+        };
+        total = total.and_then(|t| t.checked_add(line));
+        if total.is_none() && bad.is_empty() {
+            bad.add("items", "order total overflows int64");
+            return None;
+        }
+    }
+    total
 }
 
 /// The status filter of ListSagas: unspecified means all.

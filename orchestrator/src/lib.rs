@@ -21,6 +21,8 @@
 //!   backends.
 //! - [`app`]: the use cases (create, get, list, recover).
 //! - [`grpc`] / [`convert`]: the thin `saga.v1` adapters and validation.
+//! - [`client_auth`]: the client token the API and the console require
+//!   when one is configured (`--client-token`).
 //! - [`hub`]: wakes `wait`ing callers (and watchers) when their saga
 //!   changes.
 //! - [`console`]: the saga console — HTML pages and a JSON API over the
@@ -34,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod client_auth;
 pub mod config;
 pub mod console;
 pub mod convert;
@@ -206,7 +209,7 @@ pub async fn serve_on(
     let console = console.map(|listener| {
         tokio::spawn(console::serve(
             app.clone(),
-            options.admin.clone(),
+            client_guard(&options),
             settings.console.clone(),
             listener,
             shutdown.clone(),
@@ -256,14 +259,23 @@ fn grpc_routes(
     use saga_proto::saga::v1::saga_service_server::SagaServiceServer;
 
     let limit = options.max_request_bytes;
+    let guard = client_guard(options);
     tonic::service::Routes::new(
-        OrderServiceServer::new(grpc::OrderApi::new(app.clone(), settings.max_wait))
-            .max_decoding_message_size(limit),
+        OrderServiceServer::new(
+            grpc::OrderApi::new(app.clone(), settings.max_wait).with_guard(guard.clone()),
+        )
+        .max_decoding_message_size(limit),
     )
     .add_service(
-        SagaServiceServer::new(grpc::SagaApi::new(app).with_admin(options.admin.clone()))
+        SagaServiceServer::new(grpc::SagaApi::new(app).with_guard(guard))
             .max_decoding_message_size(limit),
     )
+}
+
+/// Who may call the client API and read the console: `options`' client
+/// token (or its admin token); RetrySaga also needs the admin token.
+fn client_guard(options: &ServeOptions) -> client_auth::ClientGuard {
+    client_auth::ClientGuard::new(options.client.clone(), options.admin.clone())
 }
 
 /// From the shutdown on, while the server drains (readiness NOT_SERVING,

@@ -33,10 +33,11 @@ async fn main() -> std::process::ExitCode {
 /// not be up yet — and is ready once the store is open and the recovery
 /// sweep has started; it drains on SIGTERM/SIGINT.
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
-    service_kit::telemetry::init(config.engine.log_format);
+    let _telemetry = service_kit::telemetry::init(config.engine.log_format);
     // Bad TLS files or token: a start-up error naming the flag.
     let options =
-        service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?;
+        service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?
+            .with_client(config.client.build()?);
     // A steps file that does not make a saga stops the start-up before
     // anything listens.
     let specs = config.steps.specs()?;
@@ -44,6 +45,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     shutdown.on_signals();
     if config.metrics.start()?.is_some() {
         orchestrator::retention::describe();
+        orchestrator::client_auth::describe();
     }
     let listener = service_kit::server::bind(config.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "orchestrator answering health; ready once its store is open");
@@ -85,6 +87,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     settings.console = config.console.settings();
     log_retention(&limits, &settings.retention);
     options.log_startup("orchestrator");
+    options.client.log_startup("orchestrator");
     orchestrator::serve_on(
         store,
         Arc::new(definition),

@@ -31,9 +31,10 @@ pub const MAX_BATCH_CALLS: usize = 1_000;
 /// [`MAX_BATCH_CALLS`].
 pub fn check_size(calls: usize) -> Result<(), Status> {
     if calls > MAX_BATCH_CALLS {
-        return Err(Status::invalid_argument(format!(
-            "calls: {calls} calls in one batch, at most {MAX_BATCH_CALLS}"
-        )));
+        return Err(service_kit::validate::invalid(
+            "calls",
+            &format!("{calls} calls in one batch, at most {MAX_BATCH_CALLS}"),
+        ));
     }
     Ok(())
 }
@@ -63,11 +64,13 @@ where
     embedded_store::grouped(all).await
 }
 
-/// A call's failure as a batch result carries it.
+/// A call's failure as a batch result carries it: code, message and
+/// details (its ErrorInfo or BadRequest), as the call on its own.
 pub fn call_error(status: &Status) -> pb::CallError {
     pb::CallError {
         code: status.code() as i32,
         message: status.message().to_owned(),
+        details: status.details().to_vec(),
     }
 }
 
@@ -88,5 +91,12 @@ mod tests {
         let e = call_error(&Status::failed_precondition("insufficient funds"));
         assert_eq!(e.code, tonic::Code::FailedPrecondition as i32);
         assert_eq!(e.message, "insufficient funds");
+        assert!(e.details.is_empty());
+        // A status's ErrorInfo travels in the details, decoded as it was.
+        let refused = crate::Refusal::injected();
+        let e = call_error(&Status::from(refused));
+        let back = Status::with_details(tonic::Code::from_i32(e.code), e.message, e.details.into());
+        let info = tonic_types::StatusExt::get_details_error_info(&back).unwrap();
+        assert_eq!(info.reason, crate::outcome::INJECTED_REFUSAL);
     }
 }

@@ -19,6 +19,8 @@
 //! - [`outcome`]: what a participant answers (an applied or refused action,
 //!   a business [`Refusal`], a [`ParticipantError`]) and how each maps to
 //!   a gRPC status; [`Admission`] says whether to apply or refuse a call.
+//! - [`refusal_reasons`]: the `google.rpc.ErrorInfo` reason of each kind of
+//!   business refusal ([`RefusalReasons`]: `INSUFFICIENT_FUNDS`, …).
 //! - [`sqlite`] / [`mongo`]: the operationHistory on each backend, and the
 //!   one function per backend that runs a rule in a transaction.
 //! - [`pipeline`]: the path of every mutating call — timer, span, faults,
@@ -52,6 +54,7 @@ pub mod mongo;
 pub mod outcome;
 pub mod pipeline;
 pub mod record;
+pub mod refusal_reasons;
 pub mod retention;
 pub mod sqlite;
 pub mod startup;
@@ -64,9 +67,12 @@ pub use barrier::{
 };
 pub use config::{ParticipantConfig, ParticipantDefaults};
 pub use history_service::OperationLog;
-pub use outcome::{ActionReply, Admission, Failure, ParticipantError, Refusal, RefusalReason};
+pub use outcome::{
+    ActionReply, Admission, Failure, Mismatch, ParticipantError, Refusal, RefusalReason,
+};
 pub use pipeline::{Call, Kit};
 pub use record::{LoggedOperation, OperationRecord, RecordStatus};
+pub use refusal_reasons::RefusalReasons;
 pub use retention::{HistoryExpiry, HistoryRetention};
 pub use startup::{Participant, main};
 

@@ -1,10 +1,40 @@
 //! What both participants answer, independent of storage and wire: an
 //! action's reply, a business refusal, and the errors a participant call can
-//! end with — each mapped to one gRPC status in one place.
+//! end with — each mapped to one gRPC status in one place, carrying a
+//! `google.rpc.ErrorInfo` with a stable reason (`service_kit::errors`).
+//!
+//! A business refusal's reason is the participant's reason for its kind
+//! ([`crate::RefusalReasons`]: `INSUFFICIENT_FUNDS` in `payment.v1`, …),
+//! so a replayed refusal gets the same details as the first answer. The
+//! failures the kit itself decides have their reasons in [`DOMAIN`]
+//! (`participant.v1`):
+//!
+//! | error | code | reason |
+//! |---|---|---|
+//! | [`ParticipantError::ParameterMismatch`] | ALREADY_EXISTS | `REQUEST_ID_REUSED` (`request_id`, `kind`, `field`) |
+//! | [`ParticipantError::AlreadyCompensated`] | FAILED_PRECONDITION | `ALREADY_COMPENSATED` |
+//! | [`ParticipantError::NotFound`] | NOT_FOUND | `NOT_FOUND` |
+//! | [`ParticipantError::OutOfRange`] | OUT_OF_RANGE | `VALUE_OUT_OF_RANGE` |
+//! | [`ParticipantError::Corrupt`] | INTERNAL | `STORED_DATA_CORRUPT` |
+//! | [`ParticipantError::Store`] | UNAVAILABLE | `STORE_UNAVAILABLE` |
+//! | an injected refusal ([`crate::faults`]) | FAILED_PRECONDITION | `INJECTED_REFUSAL` |
+//! | an injected transient error / lost reply | UNAVAILABLE | `INJECTED_TRANSIENT_ERROR` / `INJECTED_LOST_REPLY` |
+//! | a refusal of a kit whose participant names no reasons | its code | `REFUSED` |
 
 use crate::barrier::BarrierError;
 use embedded_store::DbError;
-use tonic::Status;
+use service_kit::errors::ErrorReason;
+use tonic::{Code, Status};
+
+/// The ErrorInfo domain of the failures the kit decides.
+pub const DOMAIN: &str = "participant.v1";
+
+/// Reason of a call whose request id was used before with other parameters.
+pub const REQUEST_ID_REUSED: &str = "REQUEST_ID_REUSED";
+/// Reason of an action refused because its compensation came first.
+pub const ALREADY_COMPENSATED: &str = "ALREADY_COMPENSATED";
+/// Reason of a refusal injected by the fault injector.
+pub const INJECTED_REFUSAL: &str = "INJECTED_REFUSAL";
 
 /// The reply to an action (charge, deduct, deposit, add stock).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +80,10 @@ pub struct Refusal {
     pub reason: RefusalReason,
     /// What the caller is told.
     pub message: String,
+    /// The stable reason the caller's ErrorInfo carries when it is not the
+    /// participant's reason for this kind of refusal (`None`: that one,
+    /// [`crate::RefusalReasons`]). Not recorded.
+    pub info: Option<ErrorReason>,
 }
 
 /// The business reasons a participant refuses; each maps to one status code.
@@ -69,7 +103,25 @@ impl Refusal {
         Refusal {
             reason,
             message: message.into(),
+            info: None,
         }
+    }
+
+    /// The refusal, its ErrorInfo saying `info`.
+    pub fn with_info(mut self, info: ErrorReason) -> Self {
+        self.info = Some(info);
+        self
+    }
+
+    /// The refusal the fault injector decides (`INJECTED_REFUSAL`).
+    pub fn injected() -> Self {
+        Refusal::new(RefusalReason::Insufficient, crate::faults::REFUSAL_MESSAGE)
+            .with_info(ErrorReason::new(DOMAIN, INJECTED_REFUSAL))
+    }
+
+    /// Whether this is the fault injector's refusal.
+    pub fn is_injected(&self) -> bool {
+        self.reason == RefusalReason::Insufficient && self.message == crate::faults::REFUSAL_MESSAGE
     }
 
     /// The form stored in an operation record's `detail`.
@@ -83,6 +135,8 @@ impl Refusal {
     }
 
     /// Reads back [`Refusal::encode`]; unknown codes read as FAILED_PRECONDITION.
+    /// The injected refusal gets its reason back; any other refusal gets its
+    /// participant's reason for its kind when it is answered.
     pub fn decode(detail: &str) -> Self {
         let (code, message) = detail.split_once(':').unwrap_or(("", detail));
         let reason = match code {
@@ -90,17 +144,54 @@ impl Refusal {
             "overflow" => RefusalReason::Overflow,
             _ => RefusalReason::Insufficient,
         };
-        Refusal::new(reason, message)
+        let refusal = Refusal::new(reason, message);
+        if refusal.is_injected() {
+            return Refusal::injected();
+        }
+        refusal
+    }
+
+    /// The status code of this kind of refusal.
+    pub fn code(&self) -> Code {
+        match self.reason {
+            RefusalReason::NotFound => Code::NotFound,
+            RefusalReason::Insufficient => Code::FailedPrecondition,
+            RefusalReason::Overflow => Code::OutOfRange,
+        }
     }
 }
 
 impl From<Refusal> for Status {
     fn from(r: Refusal) -> Status {
-        match r.reason {
-            RefusalReason::NotFound => Status::not_found(r.message),
-            RefusalReason::Insufficient => Status::failed_precondition(r.message),
-            RefusalReason::Overflow => Status::out_of_range(r.message),
-        }
+        let info = r
+            .info
+            .clone()
+            .unwrap_or_else(|| ErrorReason::new(DOMAIN, "REFUSED"));
+        info.status(r.code(), r.message)
+    }
+}
+
+/// An injected transient failure (UNAVAILABLE, `reason` in [`DOMAIN`]).
+pub fn injected_unavailable(reason: &'static str, message: &str) -> Status {
+    ErrorReason::new(DOMAIN, reason).status(Code::Unavailable, message)
+}
+
+/// A request id reused with other parameters: what the barrier found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// What the caller is told (names the differing field).
+    pub message: String,
+    /// The reused key.
+    pub request_id: String,
+    /// The operation kind whose record differs.
+    pub kind: String,
+    /// The first field that differs, when the record names its fields.
+    pub field: Option<String>,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -110,7 +201,7 @@ impl From<Refusal> for Status {
 pub enum ParticipantError {
     /// The request id was reused with different parameters → ALREADY_EXISTS.
     #[error("{0}")]
-    ParameterMismatch(String),
+    ParameterMismatch(Mismatch),
     /// The action arrived after its compensation → FAILED_PRECONDITION.
     #[error("{0}")]
     AlreadyCompensated(String),
@@ -162,17 +253,35 @@ impl ParticipantError {
     }
 }
 
+impl ParticipantError {
+    /// The status code and ErrorInfo reason of this failure.
+    pub fn code_and_reason(&self) -> (Code, ErrorReason) {
+        let reason = |name| ErrorReason::new(DOMAIN, name);
+        match self {
+            ParticipantError::ParameterMismatch(m) => {
+                let mut info = reason(REQUEST_ID_REUSED)
+                    .with("request_id", &m.request_id)
+                    .with("kind", &m.kind);
+                if let Some(field) = &m.field {
+                    info = info.with("field", field);
+                }
+                (Code::AlreadyExists, info)
+            }
+            ParticipantError::AlreadyCompensated(_) => {
+                (Code::FailedPrecondition, reason(ALREADY_COMPENSATED))
+            }
+            ParticipantError::NotFound(_) => (Code::NotFound, reason("NOT_FOUND")),
+            ParticipantError::OutOfRange(_) => (Code::OutOfRange, reason("VALUE_OUT_OF_RANGE")),
+            ParticipantError::Corrupt(_) => (Code::Internal, reason("STORED_DATA_CORRUPT")),
+            ParticipantError::Store(_) => (Code::Unavailable, reason("STORE_UNAVAILABLE")),
+        }
+    }
+}
+
 impl From<ParticipantError> for Status {
     fn from(e: ParticipantError) -> Status {
-        let message = e.to_string();
-        match e {
-            ParticipantError::ParameterMismatch(_) => Status::already_exists(message),
-            ParticipantError::AlreadyCompensated(_) => Status::failed_precondition(message),
-            ParticipantError::NotFound(_) => Status::not_found(message),
-            ParticipantError::OutOfRange(_) => Status::out_of_range(message),
-            ParticipantError::Corrupt(_) => Status::internal(message),
-            ParticipantError::Store(_) => Status::unavailable(message),
-        }
+        let (code, reason) = e.code_and_reason();
+        reason.status(code, e.to_string())
     }
 }
 
@@ -226,26 +335,118 @@ mod tests {
         );
     }
 
+    fn mismatch(field: Option<&str>) -> ParticipantError {
+        ParticipantError::ParameterMismatch(Mismatch {
+            message: "x".into(),
+            request_id: "r1".into(),
+            kind: "charge".into(),
+            field: field.map(str::to_owned),
+        })
+    }
+
+    /// The table of reasons: each error, its code, and the ErrorInfo a
+    /// client decodes from the status.
     #[test]
-    fn each_error_maps_to_its_status_code() {
+    fn each_error_maps_to_its_status_code_and_reason() {
         use tonic::Code;
+        use tonic_types::StatusExt;
         let cases = [
             (
-                ParticipantError::ParameterMismatch("x".into()),
+                mismatch(Some("amount_cents")),
                 Code::AlreadyExists,
+                REQUEST_ID_REUSED,
             ),
             (
                 ParticipantError::AlreadyCompensated("x".into()),
                 Code::FailedPrecondition,
+                ALREADY_COMPENSATED,
             ),
-            (ParticipantError::NotFound("x".into()), Code::NotFound),
-            (ParticipantError::OutOfRange("x".into()), Code::OutOfRange),
-            (ParticipantError::Corrupt("x".into()), Code::Internal),
-            (ParticipantError::Store("x".into()), Code::Unavailable),
+            (
+                ParticipantError::NotFound("x".into()),
+                Code::NotFound,
+                "NOT_FOUND",
+            ),
+            (
+                ParticipantError::OutOfRange("x".into()),
+                Code::OutOfRange,
+                "VALUE_OUT_OF_RANGE",
+            ),
+            (
+                ParticipantError::Corrupt("x".into()),
+                Code::Internal,
+                "STORED_DATA_CORRUPT",
+            ),
+            (
+                ParticipantError::Store("x".into()),
+                Code::Unavailable,
+                "STORE_UNAVAILABLE",
+            ),
         ];
-        for (error, code) in cases {
-            assert_eq!(Status::from(error).code(), code);
+        for (error, code, reason) in cases {
+            let status = Status::from(error);
+            assert_eq!(status.code(), code);
+            let info = status.get_details_error_info().expect("ErrorInfo");
+            assert_eq!(
+                (info.domain.as_str(), info.reason.as_str()),
+                (DOMAIN, reason)
+            );
         }
+        let reused = Status::from(mismatch(Some("amount_cents")))
+            .get_details_error_info()
+            .unwrap();
+        assert_eq!(reused.metadata["request_id"], "r1");
+        assert_eq!(reused.metadata["kind"], "charge");
+        assert_eq!(reused.metadata["field"], "amount_cents");
+        let unnamed = Status::from(mismatch(None))
+            .get_details_error_info()
+            .unwrap();
+        assert!(!unnamed.metadata.contains_key("field"));
+    }
+
+    #[test]
+    fn a_barrier_mismatch_names_the_differing_field() {
+        let e: ParticipantError = BarrierError::<std::convert::Infallible>::ParameterMismatch {
+            request_id: "r1".into(),
+            kind: "deduct".into(),
+            difference: "lines[0].quantity: 3 recorded, 5 received".into(),
+        }
+        .into();
+        let ParticipantError::ParameterMismatch(m) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(m.field.as_deref(), Some("lines[0].quantity"));
+        assert!(
+            m.message
+                .contains("lines[0].quantity: 3 recorded, 5 received")
+        );
+        assert_eq!(e.to_string(), m.message);
+    }
+
+    #[test]
+    fn a_refusal_carries_its_own_reason_or_refused() {
+        use tonic_types::StatusExt;
+        let plain = Status::from(Refusal::new(RefusalReason::NotFound, "gone"));
+        assert_eq!(plain.code(), tonic::Code::NotFound);
+        assert_eq!(plain.message(), "gone");
+        assert_eq!(plain.get_details_error_info().unwrap().reason, "REFUSED");
+        let told = Refusal::new(RefusalReason::Insufficient, "short")
+            .with_info(ErrorReason::new("payment.v1", "INSUFFICIENT_FUNDS").with("needed", 5));
+        let status = Status::from(told);
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        let info = status.get_details_error_info().unwrap();
+        assert_eq!(
+            (info.domain.as_str(), info.reason.as_str()),
+            ("payment.v1", "INSUFFICIENT_FUNDS")
+        );
+        assert_eq!(info.metadata["needed"], "5");
+        // The injected refusal is recorded like any, and replayed with its reason.
+        let injected = Refusal::injected();
+        assert_eq!(Refusal::decode(&injected.encode()), injected);
+        let info = Status::from(injected).get_details_error_info().unwrap();
+        assert_eq!(
+            (info.domain.as_str(), info.reason.as_str()),
+            (DOMAIN, INJECTED_REFUSAL)
+        );
     }
 }
 
@@ -274,9 +475,16 @@ impl<E> From<BarrierError<E>> for Failure<E> {
         let message = e.to_string();
         match e {
             BarrierError::Store(e) => Failure::Store(e),
-            BarrierError::ParameterMismatch { .. } => {
-                Failure::Refused(ParticipantError::ParameterMismatch(message))
-            }
+            BarrierError::ParameterMismatch {
+                request_id,
+                kind,
+                difference,
+            } => Failure::Refused(ParticipantError::ParameterMismatch(Mismatch {
+                message,
+                field: service_kit::errors::differing_field(&difference).map(str::to_owned),
+                request_id,
+                kind,
+            })),
             BarrierError::AlreadyCompensated { .. } => {
                 Failure::Refused(ParticipantError::AlreadyCompensated(message))
             }

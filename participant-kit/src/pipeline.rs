@@ -27,12 +27,14 @@
 use crate::faults::{self, CallKind, Faults};
 use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
+use crate::refusal_reasons::RefusalReasons;
 use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
 use crate::{CompensationResult, metrics};
 use service_kit::clock::SharedClock;
 use service_kit::metrics::CallTimer;
 use service_kit::server::{GrpcServer, ServeError, ServeOptions};
 use service_kit::shutdown::Shutdown;
+use service_kit::trace::RemoteParent;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -48,6 +50,7 @@ pub struct Kit {
     options: ServeOptions,
     history: HistoryRetention,
     clock: SharedClock,
+    refusal_reasons: RefusalReasons,
 }
 
 impl Kit {
@@ -59,7 +62,15 @@ impl Kit {
             options,
             history: HistoryRetention::default(),
             clock: service_kit::clock::system(),
+            refusal_reasons: RefusalReasons::GENERIC,
         }
+    }
+
+    /// The kit answering business refusals with `reasons` in their
+    /// ErrorInfo (each participant's adapter names its own).
+    pub fn with_refusal_reasons(mut self, reasons: RefusalReasons) -> Kit {
+        self.refusal_reasons = reasons;
+        self
     }
 
     /// The kit measuring time by `clock` (the history's expiry, the purge's
@@ -168,20 +179,39 @@ impl Kit {
     /// the trace of its own `traceparent` — exactly as if it had come on
     /// its own.
     pub fn batched_call(&self, rpc: &'static str, kind: CallKind, traceparent: &str) -> Call<'_> {
-        self.started(rpc, kind, service_kit::trace::trace_id_of(traceparent))
+        self.started(
+            rpc,
+            kind,
+            service_kit::trace::trace_id_of(traceparent),
+            RemoteParent::of_header(traceparent),
+        )
     }
 
     fn start<T>(&self, rpc: &'static str, kind: CallKind, request: &Request<T>) -> Call<'_> {
-        self.started(rpc, kind, service_kit::trace::trace_id(request.metadata()))
+        let metadata = request.metadata();
+        self.started(
+            rpc,
+            kind,
+            service_kit::trace::trace_id(metadata),
+            RemoteParent::of(metadata),
+        )
     }
 
-    /// A call timed from now, in the trace `trace_id` (none: empty).
-    fn started(&self, rpc: &'static str, kind: CallKind, trace_id: Option<String>) -> Call<'_> {
+    /// A call timed from now, in the trace `trace_id` (none: empty), made
+    /// by the span `caller` (known only when spans are exported).
+    fn started(
+        &self,
+        rpc: &'static str,
+        kind: CallKind,
+        trace_id: Option<String>,
+        caller: Option<RemoteParent>,
+    ) -> Call<'_> {
         Call {
             kit: self,
             rpc,
             kind,
             trace_id: trace_id.unwrap_or_default(),
+            caller,
             _timer: CallTimer::start(rpc),
         }
     }
@@ -265,6 +295,9 @@ pub struct Call<'k> {
     rpc: &'static str,
     kind: CallKind,
     trace_id: String,
+    /// The caller's span (the orchestrator's step attempt), when spans are
+    /// exported and the call named it.
+    caller: Option<RemoteParent>,
     _timer: CallTimer,
 }
 
@@ -273,6 +306,17 @@ impl Call<'_> {
     /// call's span.
     pub fn trace_id(&self) -> &str {
         &self.trace_id
+    }
+
+    /// Makes `span` — the call's span, created and not entered yet — a
+    /// child of the caller's span, so the orchestrator's trace of the saga
+    /// shows this call under the step attempt that made it. Nothing when
+    /// spans are not exported. [`Call::action`] and [`Call::compensation`]
+    /// do it themselves.
+    pub fn join_caller(&self, span: &Span) {
+        if let Some(caller) = &self.caller {
+            caller.adopt(span);
+        }
     }
 
     /// Runs an action (Charge, Deduct, Deposit, AddStock) in `span`:
@@ -290,11 +334,15 @@ impl Call<'_> {
         Fut: Future<Output = Result<ActionReply<V>, ParticipantError>>,
     {
         let rpc = self.rpc;
+        self.join_caller(&span);
+        let reasons = self.kit.refusal_reasons;
         async {
             let admitted = self.kit.faults.before(self.kind, request_id).await?;
             let reply = apply(admitted.admission()).await;
             metrics::action(rpc, &reply);
-            let reply = reply.map_err(Status::from).and_then(applied);
+            let reply = reply
+                .map_err(Status::from)
+                .and_then(|reply| applied(reply, &reasons));
             self.kit.faults.after(admitted, request_id, reply)
         }
         .instrument(span)
@@ -313,6 +361,7 @@ impl Call<'_> {
         Fut: Future<Output = Result<CompensationResult, ParticipantError>>,
     {
         let rpc = self.rpc;
+        self.join_caller(&span);
         async {
             let admitted = self.kit.faults.before(self.kind, request_id).await?;
             let reply = undo().await;
@@ -334,11 +383,12 @@ fn authenticated(rpc: &'static str, check: Result<(), Status>) -> Result<(), Sta
     check
 }
 
-/// Business refusals become their status code; applied results the value.
-fn applied<V>(reply: ActionReply<V>) -> Result<(V, bool), Status> {
+/// Business refusals become their status code with the participant's
+/// ErrorInfo reason; applied results the value.
+fn applied<V>(reply: ActionReply<V>, reasons: &RefusalReasons) -> Result<(V, bool), Status> {
     match reply {
         ActionReply::Applied { value, replayed } => Ok((value, replayed)),
-        ActionReply::Refused { refusal, .. } => Err(refusal.into()),
+        ActionReply::Refused { refusal, .. } => Err(reasons.status(refusal)),
     }
 }
 

@@ -67,7 +67,7 @@ pub fn main<P: Participant>() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
-    service_kit::telemetry::init(cli.config.log_format);
+    let _telemetry = service_kit::telemetry::init(cli.config.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -378,7 +378,7 @@ async fn an_action_again_with_different_parameters_is_refused_and_changes_nothin
     ] {
         let err = p.take(other, Admission::Apply).await.expect_err("mismatch");
         assert!(
-            matches!(err, ParticipantError::ParameterMismatch(ref m) if m.contains(field)),
+            matches!(err, ParticipantError::ParameterMismatch(ref m) if m.message.contains(field)),
             "{err:?}"
         );
     }

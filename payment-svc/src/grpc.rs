@@ -16,6 +16,16 @@ use service_kit::validate;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
+/// The ErrorInfo reasons of this participant's business refusals (domain
+/// `payment.v1`): a customer without an account is `ACCOUNT_NOT_FOUND`, a charge over the balance `INSUFFICIENT_FUNDS`,
+/// a deposit past the largest balance `BALANCE_OVERFLOW`. An API: never rename one.
+pub const REFUSAL_REASONS: participant_kit::RefusalReasons = participant_kit::RefusalReasons {
+    domain: "payment.v1",
+    not_found: "ACCOUNT_NOT_FOUND",
+    insufficient: "INSUFFICIENT_FUNDS",
+    overflow: "BALANCE_OVERFLOW",
+};
+
 /// Implements `payment.v1.PaymentService` over a [`PaymentStore`].
 pub struct PaymentApi {
     store: Arc<dyn PaymentStore>,
@@ -25,7 +35,10 @@ pub struct PaymentApi {
 impl PaymentApi {
     /// The service over `store`, with `kit`'s faults and admin token.
     pub fn new(store: Arc<dyn PaymentStore>, kit: Kit) -> Self {
-        PaymentApi { store, kit }
+        PaymentApi {
+            store,
+            kit: kit.with_refusal_reasons(REFUSAL_REASONS),
+        }
     }
 }
 

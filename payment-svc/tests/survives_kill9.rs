@@ -50,16 +50,30 @@ fn start(dir: &std::path::Path, port: u16) -> Service {
     )
 }
 
+/// A client once the service is ready: it answers health as soon as it
+/// listens but calls only once its store is open (UNAVAILABLE before), so
+/// a read is tried until it is answered with anything else.
 async fn connect(port: u16) -> PaymentServiceClient<Channel> {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("endpoint");
-    for _ in 0..250 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
         if let Ok(channel) = endpoint.connect().await {
-            return PaymentServiceClient::new(channel);
+            let mut client = PaymentServiceClient::new(channel);
+            let probe = client
+                .get_account(pb::GetAccountRequest {
+                    customer_id: "readiness-probe".into(),
+                    operation_limit: 1,
+                })
+                .await;
+            match probe {
+                Err(status) if status.code() == tonic::Code::Unavailable => {}
+                _ => return client,
+            }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("payment-svc did not come up on {port}");
+    panic!("payment-svc was not ready on {port} within 60 s");
 }
 
 fn deposit(i: usize) -> pb::DepositRequest {

@@ -8,7 +8,11 @@
 //! - **service** ([`ServiceConfig`]: `--service-token` / `SERVICE_TOKEN`):
 //!   the saga RPCs of the participants (Charge, Refund, Deduct, Restock),
 //!   which only the orchestrator may call — it sends the token with every
-//!   participant call.
+//!   participant call;
+//! - **client** ([`ClientConfig`]: `--client-token` / `CLIENT_TOKEN`): the
+//!   orchestrator's client API (CreateOrder, GetSaga, ListSagas,
+//!   WatchSaga, RetrySaga) and its console; the admin token passes there too
+//!   ([`TokenAuth::check_or`]).
 //!
 //! When a role's token is configured its RPCs require the gRPC metadata
 //! `authorization: Bearer <token>` and answer UNAUTHENTICATED otherwise,
@@ -18,6 +22,11 @@
 //! dev default (the one-command dev stack and most tests run that way), and
 //! [`TokenAuth::log_startup`] says so with a WARN line.
 //!
+//! A refusal is UNAUTHENTICATED with a `google.rpc.ErrorInfo` whose reason
+//! says which token was wanted (`ADMIN_TOKEN_REQUIRED`,
+//! `SERVICE_TOKEN_REQUIRED`, `CLIENT_TOKEN_REQUIRED`, `READ_TOKEN_REQUIRED`,
+//! domain [`AUTH_DOMAIN`]).
+//!
 //! Tokens are secret: [`TokenAuth`], [`AdminConfig`] and [`ServiceConfig`]
 //! never print them (Debug and Display show `<redacted>`), refused calls are
 //! logged without the presented value, the comparison is constant-time over
@@ -25,12 +34,13 @@
 //! timing), and an outgoing header is marked sensitive (never indexed by
 //! HPACK).
 
+use crate::errors::{AUTH_DOMAIN, ErrorReason};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
-use tonic::{Request, Status};
+use tonic::{Code, Request, Status};
 
 /// The metadata key carrying the token.
 pub const HEADER: &str = "authorization";
@@ -47,6 +57,13 @@ pub const SERVICE_UNAUTHENTICATED_MESSAGE: &str =
 pub const READ_UNAUTHENTICATED_MESSAGE: &str =
     "read needs `authorization: Bearer <service or admin token>`";
 
+/// Message of every refused client call when a client token is configured.
+pub const CLIENT_UNAUTHENTICATED_MESSAGE: &str =
+    "call needs `authorization: Bearer <client token>` (or the admin token)";
+
+/// ErrorInfo reason of a refused read ([`check_any`]).
+pub const READ_TOKEN_REQUIRED: &str = "READ_TOKEN_REQUIRED";
+
 /// Whose token a [`TokenAuth`] checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -55,6 +72,9 @@ pub enum Role {
     /// The participants' saga RPCs, called by the orchestrator
     /// (`--service-token` / `SERVICE_TOKEN`).
     Service,
+    /// The orchestrator's client API and console (`--client-token` /
+    /// `CLIENT_TOKEN`).
+    Client,
 }
 
 impl Role {
@@ -62,6 +82,7 @@ impl Role {
         match self {
             Role::Admin => "--admin-token / ADMIN_TOKEN",
             Role::Service => "--service-token / SERVICE_TOKEN",
+            Role::Client => "--client-token / CLIENT_TOKEN",
         }
     }
 
@@ -69,8 +90,30 @@ impl Role {
         match self {
             Role::Admin => UNAUTHENTICATED_MESSAGE,
             Role::Service => SERVICE_UNAUTHENTICATED_MESSAGE,
+            Role::Client => CLIENT_UNAUTHENTICATED_MESSAGE,
         }
     }
+
+    /// The ErrorInfo reason of a call refused for want of this role's token.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Role::Admin => "ADMIN_TOKEN_REQUIRED",
+            Role::Service => "SERVICE_TOKEN_REQUIRED",
+            Role::Client => "CLIENT_TOKEN_REQUIRED",
+        }
+    }
+
+    /// The UNAUTHENTICATED status of a call refused for want of this role's
+    /// token (the same for a missing, malformed or wrong token).
+    pub fn unauthenticated(self) -> Status {
+        unauthenticated(self.reason(), self.refusal())
+    }
+}
+
+/// UNAUTHENTICATED saying `message`, with ErrorInfo `reason` in
+/// [`AUTH_DOMAIN`].
+fn unauthenticated(reason: &'static str, message: &str) -> Status {
+    ErrorReason::new(AUTH_DOMAIN, reason).status(Code::Unauthenticated, message)
 }
 
 /// Who may call one role's RPCs: anyone (no token configured, the dev
@@ -168,9 +211,20 @@ impl TokenAuth {
             Verdict::Admitted => Ok(()),
             Verdict::Refused(reason) => {
                 tracing::warn!(reason, role = ?self.role, "call refused");
-                Err(Status::unauthenticated(self.role.refusal()))
+                Err(self.role.unauthenticated())
             }
         }
+    }
+
+    /// Admits a call this role guards, or one presenting `also`'s
+    /// configured token (the admin token wherever the client token is
+    /// required): always when this role has no token; UNAUTHENTICATED
+    /// with this role's reason otherwise.
+    pub fn check_or(&self, also: &TokenAuth, metadata: &MetadataMap) -> Result<(), Status> {
+        if also.is_required() && matches!(also.verdict(metadata), Verdict::Admitted) {
+            return Ok(());
+        }
+        self.check(metadata)
     }
 
     fn verdict(&self, metadata: &MetadataMap) -> Verdict {
@@ -207,6 +261,7 @@ impl TokenAuth {
         let rpcs = match self.role {
             Role::Admin => "admin RPCs",
             Role::Service => "saga RPCs",
+            Role::Client => "client RPCs and the console",
         };
         if self.is_required() {
             tracing::info!(service, "{rpcs} require a bearer token");
@@ -252,7 +307,10 @@ pub fn check_any(guards: &[&TokenAuth], metadata: &MetadataMap) -> Result<(), St
         return Ok(());
     }
     tracing::warn!("read refused: no configured token presented");
-    Err(Status::unauthenticated(READ_UNAUTHENTICATED_MESSAGE))
+    Err(unauthenticated(
+        READ_TOKEN_REQUIRED,
+        READ_UNAUTHENTICATED_MESSAGE,
+    ))
 }
 
 /// Attaches the token to every call of a client:
@@ -330,6 +388,40 @@ impl ServiceConfig {
     }
 }
 
+/// Client authentication flags: the token the orchestrator's client API
+/// (CreateOrder, GetSaga, ListSagas, WatchSaga, RetrySaga) and its console
+/// require.
+/// Only `orchestrator serve` has them: the dev stack stays open. Prefer the
+/// environment variable over the flag: command lines are visible to every
+/// local user.
+#[derive(Clone, Default, PartialEq, Eq, clap::Args)]
+#[command(next_help_heading = "Client authentication")]
+pub struct ClientConfig {
+    /// Bearer token of the client API and the console: callers send
+    /// `authorization: Bearer <token>` (the admin token passes too). Unset:
+    /// open to every caller.
+    #[arg(long, env = "CLIENT_TOKEN", hide_env_values = true)]
+    pub client_token: Option<String>,
+}
+
+impl ClientConfig {
+    /// The configured policy (a bad token is a start-up error).
+    pub fn build(&self) -> Result<TokenAuth, InvalidToken> {
+        build(Role::Client, self.client_token.as_deref())
+    }
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field(
+                "client_token",
+                &self.client_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
 impl fmt::Debug for ServiceConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServiceConfig")
@@ -396,6 +488,10 @@ mod tests {
             let status = auth.check(&metadata(bad)).unwrap_err();
             assert_eq!(status.code(), Code::Unauthenticated, "{bad:?}");
             assert_eq!(status.message(), UNAUTHENTICATED_MESSAGE);
+            assert_eq!(
+                crate::errors::reason_of(&status),
+                Some((AUTH_DOMAIN.into(), "ADMIN_TOKEN_REQUIRED".into()))
+            );
             assert!(!status.message().contains(TOKEN));
         }
         for good in [
@@ -439,6 +535,10 @@ mod tests {
             let refused = check_any(&guards, &metadata(None)).unwrap_err();
             assert_eq!(refused.code(), Code::Unauthenticated);
             assert_eq!(refused.message(), READ_UNAUTHENTICATED_MESSAGE);
+            assert_eq!(
+                crate::errors::reason_of(&refused),
+                Some((AUTH_DOMAIN.into(), READ_TOKEN_REQUIRED.into()))
+            );
         }
         let with_service = metadata(Some("Bearer svc-token"));
         let with_admin = metadata(Some(&format!("Bearer {TOKEN}")));
@@ -447,6 +547,34 @@ mod tests {
         assert!(check_any(&[&service, &open_admin], &with_admin).is_err());
         let refused = service.check(&with_admin).unwrap_err();
         assert_eq!(refused.message(), SERVICE_UNAUTHENTICATED_MESSAGE);
+        assert_eq!(
+            crate::errors::reason_of(&refused),
+            Some((AUTH_DOMAIN.into(), "SERVICE_TOKEN_REQUIRED".into()))
+        );
+    }
+
+    #[test]
+    fn the_client_token_or_the_admin_token_passes_where_the_client_token_is_required() {
+        let client = TokenAuth::with_token_for(Role::Client, "client-token").unwrap();
+        let admin = TokenAuth::with_token(TOKEN).unwrap();
+        let open_client = TokenAuth::open_for(Role::Client);
+        let with_client = metadata(Some("Bearer client-token"));
+        let with_admin = metadata(Some(&format!("Bearer {TOKEN}")));
+        assert!(client.check_or(&admin, &with_client).is_ok());
+        assert!(client.check_or(&admin, &with_admin).is_ok());
+        for bad in [None, Some("Bearer wrong"), Some("client-token")] {
+            let refused = client.check_or(&admin, &metadata(bad)).unwrap_err();
+            assert_eq!(refused.code(), Code::Unauthenticated);
+            assert_eq!(refused.message(), CLIENT_UNAUTHENTICATED_MESSAGE);
+            assert_eq!(
+                crate::errors::reason_of(&refused),
+                Some((AUTH_DOMAIN.into(), "CLIENT_TOKEN_REQUIRED".into()))
+            );
+        }
+        // No client token: open, whatever the admin token.
+        assert!(open_client.check_or(&admin, &metadata(None)).is_ok());
+        // No admin token: only the client token passes.
+        assert!(client.check_or(&TokenAuth::open(), &with_admin).is_err());
     }
 
     #[test]
@@ -458,20 +586,28 @@ mod tests {
         assert!(TokenAuth::with_token(&"x".repeat(512)).is_ok());
         let e = TokenAuth::with_token_for(Role::Service, "").unwrap_err();
         assert!(e.to_string().contains("--service-token"), "{e}");
+        let e = TokenAuth::with_token_for(Role::Client, "a b").unwrap_err();
+        assert!(e.to_string().contains("--client-token"), "{e}");
     }
 
     #[derive(Debug, clap::Parser)]
     struct Cli {
         #[command(flatten)]
         admin: AdminConfig,
+        #[command(flatten)]
+        client: ClientConfig,
     }
 
     #[test]
     fn debug_and_display_never_print_the_token() {
-        let cli = Cli::try_parse_from(["x", "--admin-token", TOKEN]).unwrap();
+        let cli =
+            Cli::try_parse_from(["x", "--admin-token", TOKEN, "--client-token", TOKEN]).unwrap();
         let auth = cli.admin.build().unwrap();
+        let client = cli.client.build().unwrap();
+        assert_eq!(client.role(), Role::Client);
         for shown in [
             format!("{cli:?}"),
+            format!("{client:?}"),
             format!("{:?}", cli.admin),
             format!("{auth:?}"),
             format!("{auth}"),

@@ -36,6 +36,11 @@
 //!   indefinitely. Here the deadline runs from the call's start to the end
 //!   of the reply — head, body and trailers — and a call past it fails
 //!   `DEADLINE_EXCEEDED`.
+//! - **A call that fails below gRPC retires its channel** (no reply: the
+//!   connection failed, or the channel's worker task is gone because the
+//!   runtime it was made on ended — a channel shared by two runtimes, as
+//!   tests that crash one orchestrator do): the next call makes a new one
+//!   on its own runtime instead of failing the same way forever.
 //! - **A call past its deadline retires its connection**: the next call
 //!   opens a new one (calls in flight finish on the old one). A peer that
 //!   vanished without closing the connection (no RST, no FIN: a host gone,
@@ -238,7 +243,10 @@ impl Service<http::Request<Body>> for GrpcChannel {
         let reply = tower::ServiceExt::oneshot(channel, request);
         Box::pin(async move {
             let Some(mut deadline) = deadline else {
-                let response = reply.await.map_err(BoxError::from)?;
+                let response = reply.await.map_err(|error| {
+                    shared.retire(id);
+                    BoxError::from(error)
+                })?;
                 return Ok(response.map(|inner| ReplyBody {
                     inner,
                     deadline: None,
@@ -258,7 +266,10 @@ impl Service<http::Request<Body>> for GrpcChannel {
                     shared.retire(id);
                     Err(deadline.exceeded())
                 }
-                Err(error) => Err(error),
+                Err(error) => {
+                    shared.retire(id);
+                    Err(error)
+                }
             }
         })
     }
@@ -612,6 +623,48 @@ mod tests {
                 "the server is told the deadline: {sent:?}"
             );
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_channel_made_on_a_runtime_that_ended_is_replaced() {
+        // A plain health server, on this test's runtime.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let (_reporter, health) = tonic_health::server::health_reporter();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let channel =
+            GrpcChannel::lazy(&addr, &TlsConfig::default(), Duration::from_secs(2)).unwrap();
+        // First used (so made) on a runtime of its own, which then ends
+        // and takes tonic's worker task with it.
+        let first = channel.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime
+                .block_on(health_client(&first).check(check(None)))
+                .expect("the first call");
+        })
+        .join()
+        .unwrap();
+        // From this runtime: the dead channel fails at most one call, and
+        // is replaced.
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let reply = tokio::time::timeout(
+                Duration::from_secs(10),
+                health_client(&channel).check(check(None)),
+            )
+            .await
+            .expect("a call through a dead worker held past 10 s");
+            replies.push(reply.map(|_| ()).map_err(|s| s.code()));
+        }
+        assert!(replies[1..].iter().all(Result::is_ok), "{replies:?}");
     }
 
     #[tokio::test]

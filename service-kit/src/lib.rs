@@ -1,7 +1,7 @@
 //! What the three services share, so each is only its own logic.
 //!
-//! - [`auth`]: the admin bearer token (`--admin-token` / `ADMIN_TOKEN`)
-//!   checked by the admin RPCs and attached by their clients.
+//! - [`auth`]: the bearer tokens (admin, service, client) checked by the
+//!   RPCs they guard and attached by their clients.
 //! - [`clock`]: time as a parameter ([`clock::Clock`]): the system clock in
 //!   services, a manual one in tests.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
@@ -11,6 +11,8 @@
 //!   and its trailers in one write (servers and the client channel).
 //! - [`deadline`]: the `grpc-timeout` header, read by servers and by the
 //!   client channel.
+//! - [`errors`]: the rich error model: a `google.rpc.BadRequest` on
+//!   INVALID_ARGUMENT, a `google.rpc.ErrorInfo` reason on every refusal.
 //! - [`fingerprint`]: a stable digest of a request's parameters, which tells
 //!   a true duplicate (same request id, same parameters) from a reused id.
 //! - [`limits`]: the orchestrator's limits ([`limits::CallLimits`]) and
@@ -25,13 +27,16 @@
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
 //!   what the security and limit flags decide for one server.
 //! - [`shutdown`]: one small type that tells every task to stop.
-//! - [`trace`]: W3C `traceparent` propagation, so one saga's logs join up
+//! - [`trace`]: W3C `traceparent` propagation, so one saga's logs — and,
+//!   when spans are exported, its spans — join up
 //!   across the three services.
-//! - [`telemetry`]: `tracing` set-up (text or JSON lines).
+//! - [`telemetry`]: `tracing` set-up (text or JSON lines) and the span
+//!   export over OTLP that the `OTEL_*` variables turn on.
 //! - [`time`]: wall-clock milliseconds and protobuf timestamps.
 //! - [`tls`]: rustls TLS flags (`--tls-cert`, `--tls-key`, `--tls-ca`,
 //!   `--tls-client-auth`) for servers and the clients that call them.
-//! - [`validate`]: field checks that become INVALID_ARGUMENT naming the field.
+//! - [`validate`]: field checks that become INVALID_ARGUMENT naming the
+//!   field (a BadRequest violation per bad field).
 
 #![warn(missing_docs)]
 
@@ -40,6 +45,7 @@ pub mod channel;
 pub mod clock;
 pub mod coalesced_writes;
 pub mod deadline;
+pub mod errors;
 pub mod fingerprint;
 pub mod health;
 pub mod limits;

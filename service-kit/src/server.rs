@@ -104,6 +104,9 @@ pub struct ServeOptions {
     /// Token check of a participant's saga RPCs (open on the orchestrator,
     /// which has none).
     pub service: TokenAuth,
+    /// Token check of the orchestrator's client API and console (open on
+    /// the participants, which have none).
+    pub client: TokenAuth,
     /// Applied to every generated service with
     /// `.max_decoding_message_size(..)`.
     pub max_request_bytes: usize,
@@ -115,6 +118,7 @@ impl Default for ServeOptions {
             tls: None,
             admin: TokenAuth::open(),
             service: TokenAuth::open_for(Role::Service),
+            client: TokenAuth::open_for(Role::Client),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
@@ -126,6 +130,7 @@ impl fmt::Debug for ServeOptions {
             .field("tls", &self.tls.is_some())
             .field("admin", &self.admin)
             .field("service", &self.service)
+            .field("client", &self.client)
             .field("max_request_bytes", &self.max_request_bytes)
             .finish()
     }
@@ -153,6 +158,7 @@ impl ServeOptions {
             tls: tls.server_tls()?,
             admin: admin.build()?,
             service: TokenAuth::open_for(Role::Service),
+            client: TokenAuth::open_for(Role::Client),
             max_request_bytes: limits.max_request_bytes,
         })
     }
@@ -160,6 +166,12 @@ impl ServeOptions {
     /// These options with saga RPCs guarded by `service` (participants).
     pub fn with_service(self, service: TokenAuth) -> ServeOptions {
         ServeOptions { service, ..self }
+    }
+
+    /// These options with the client API and console guarded by `client`
+    /// (the orchestrator).
+    pub fn with_client(self, client: TokenAuth) -> ServeOptions {
+        ServeOptions { client, ..self }
     }
 
     /// Whether this server serves TLS.

@@ -171,3 +171,34 @@ pub fn compensation_order(saga: &saga::Saga) -> Vec<&str> {
         .map(|t| t.step.as_str())
         .collect()
 }
+
+/// Waits (`within` at most) until the service at `addr` is ready: its
+/// gRPC health for the whole server (`""`) says SERVING, which a service
+/// started as a process says only once its store is open — before that
+/// it answers calls UNAVAILABLE.
+pub async fn wait_ready(addr: SocketAddr, within: Duration) {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(1));
+        if let Ok(channel) = endpoint.connect().await {
+            let answer = HealthClient::new(channel)
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await;
+            if answer.is_ok_and(|a| a.into_inner().status() == ServingStatus::Serving) {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{addr} was not ready within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -28,6 +28,8 @@
 //!   tests and the tools (`src/bin/chaos`, `src/bin/loadgen`); [`process`]
 //!   ties every child process to this one and stops it; [`reflection`] and
 //!   [`saga_list`] read what the services list.
+//! - [`otlp_receiver`]: an OTLP/gRPC trace receiver, to check the spans
+//!   the services export.
 
 #![warn(missing_docs)]
 
@@ -40,6 +42,7 @@ pub mod http;
 pub mod intercepted_store;
 pub mod loyalty;
 pub mod mongo_server;
+pub mod otlp_receiver;
 pub mod process;
 pub mod prometheus;
 pub mod reflection;

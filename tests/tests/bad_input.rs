@@ -1,4 +1,6 @@
-//! Bad input gets INVALID_ARGUMENT naming the field, and nothing is stored.
+//! Bad input gets INVALID_ARGUMENT naming the field — in the message for
+//! people and in a `google.rpc.BadRequest` for programs, decoded here from
+//! the status details — and nothing is stored.
 
 use saga_proto::inventory::v1 as inventory;
 use saga_proto::participant::v1 as participant;
@@ -7,6 +9,15 @@ use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as pb;
 use saga_tests::{Stack, order_request};
 use tonic::Code;
+use tonic_types::StatusExt;
+
+/// The fields the `google.rpc.BadRequest` of `status` names, in order.
+fn bad_fields(status: &tonic::Status) -> Vec<String> {
+    let bad = status
+        .get_details_bad_request()
+        .unwrap_or_else(|| panic!("no BadRequest in {status:?}"));
+    bad.field_violations.into_iter().map(|v| v.field).collect()
+}
 
 fn item(product: &str, quantity: i64, price: i64) -> pb::OrderItem {
     pb::OrderItem {
@@ -101,7 +112,44 @@ async fn bad_create_orders_name_the_field_and_store_nothing() {
         assert_eq!(err.code(), Code::InvalidArgument, "{req:?}: {err:?}");
         let named = err.message().split(':').next().unwrap_or_default();
         assert_eq!(named, field, "{}", err.message());
+        assert_eq!(bad_fields(&err), [field], "{req:?}");
+        assert!(err.get_details_error_info().is_none(), "{err:?}");
     }
+    // Every bad field at once, in request order, one violation each.
+    let many = orders
+        .create_order(request(
+            "",
+            "alice",
+            vec![
+                item("sku-apple", 1, 1),
+                item("", 0, 5),
+                item("sku-pear", 2, -1),
+            ],
+        ))
+        .await
+        .expect_err("must be refused");
+    assert_eq!(many.code(), Code::InvalidArgument);
+    assert_eq!(
+        bad_fields(&many),
+        [
+            "request_id",
+            "items[1].product_id",
+            "items[1].quantity",
+            "items[2].unit_price_cents"
+        ]
+    );
+    let described: Vec<String> = many
+        .get_details_bad_request()
+        .expect("BadRequest")
+        .field_violations
+        .into_iter()
+        .map(|v| v.description)
+        .collect();
+    assert_eq!(described[2], "must be positive (got 0)");
+    assert!(
+        many.message()
+            .starts_with("request_id: must not be empty; ")
+    );
     // 128 bytes of multibyte characters is still an id.
     orders
         .create_order(request(&"é".repeat(64), "alice", ok()))
@@ -146,6 +194,7 @@ fn refused_as_too_long<T: std::fmt::Debug>(
     assert_eq!(err.code(), Code::InvalidArgument, "{rpc} {field}: {err:?}");
     let named = err.message().split(':').next().unwrap_or_default();
     assert_eq!(named, field, "{rpc}: {}", err.message());
+    assert_eq!(bad_fields(&err), [field], "{rpc}");
     assert!(
         err.message().contains("got 130"),
         "{rpc} {field}: refused for its 130 bytes: {}",
@@ -350,7 +399,18 @@ async fn bad_saga_queries_name_the_field() {
         let err = sagas.list_sagas(req).await.expect_err("refused");
         assert_eq!(err.code(), Code::InvalidArgument);
         assert!(err.message().starts_with(field), "{}", err.message());
+        assert_eq!(bad_fields(&err), [field]);
     }
+    let combined = sagas
+        .list_sagas(pb::ListSagasRequest {
+            needs_attention: true,
+            status: pb::SagaStatus::Failed.into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(combined.code(), Code::InvalidArgument);
+    assert_eq!(bad_fields(&combined), ["needs_attention"]);
     for (lookup, field) in [
         (None, "saga_id"),
         (
@@ -372,6 +432,7 @@ async fn bad_saga_queries_name_the_field() {
             .expect_err("refused");
         assert_eq!(err.code(), Code::InvalidArgument);
         assert!(err.message().starts_with(field), "{}", err.message());
+        assert_eq!(bad_fields(&err), [field]);
     }
     for saga_id in [String::new(), "é".repeat(65)] {
         let watch = sagas
@@ -386,6 +447,7 @@ async fn bad_saga_queries_name_the_field() {
             "{}",
             watch.message()
         );
+        assert_eq!(bad_fields(&watch), ["saga_id"]);
         let retry = sagas
             .retry_saga(pb::RetrySagaRequest { saga_id })
             .await
@@ -396,6 +458,7 @@ async fn bad_saga_queries_name_the_field() {
             "{}",
             retry.message()
         );
+        assert_eq!(bad_fields(&retry), ["saga_id"]);
     }
     stack.stop().await;
 }
@@ -446,6 +509,7 @@ async fn an_edited_page_token_is_refused() {
             .expect_err("edited token refused");
         assert_eq!(err.code(), Code::InvalidArgument);
         assert!(err.message().starts_with("page_token"), "{}", err.message());
+        assert_eq!(bad_fields(&err), ["page_token"]);
     }
     stack.stop().await;
 }
@@ -500,7 +564,15 @@ async fn no_input_makes_a_service_panic_or_break_its_invariants() {
         match orders.create_order(req).await {
             Ok(_) => ok += 1,
             // Request ids are unique here, so a refusal is bad input.
-            Err(e) => assert_eq!(e.code(), Code::InvalidArgument, "unexpected {e:?}"),
+            Err(e) => {
+                assert_eq!(e.code(), Code::InvalidArgument, "unexpected {e:?}");
+                // The details name the field the message starts with.
+                let fields = bad_fields(&e);
+                assert!(
+                    e.message().starts_with(&format!("{}: ", fields[0])),
+                    "{e:?}"
+                );
+            }
         }
     }
     assert!(ok > 0, "some generated orders were valid");

@@ -12,6 +12,7 @@ use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_tests::{ParticipantHarness, Service, Stack};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+use tonic_types::StatusExt;
 
 type Payments = PaymentServiceClient<Channel>;
 type Inventory = InventoryServiceClient<Channel>;
@@ -204,7 +205,8 @@ fn refused<T: std::fmt::Debug>(result: Result<T, Status>, code: Code) -> Status 
     }
 }
 
-/// Checks an INVALID_ARGUMENT whose message starts with `field` + ':'.
+/// Checks an INVALID_ARGUMENT whose message starts with `field` + ':' and
+/// whose `google.rpc.BadRequest` names exactly that field.
 #[track_caller]
 fn invalid_field<T: std::fmt::Debug>(result: Result<T, Status>, field: &str) {
     let status = refused(result, Code::InvalidArgument);
@@ -213,6 +215,28 @@ fn invalid_field<T: std::fmt::Debug>(result: Result<T, Status>, field: &str) {
         "message should start with {field:?}: {:?}",
         status.message()
     );
+    let bad = status.get_details_bad_request().expect("a BadRequest");
+    let fields: Vec<_> = bad
+        .field_violations
+        .iter()
+        .map(|v| v.field.as_str())
+        .collect();
+    assert_eq!(fields, [field], "{status:?}");
+}
+
+/// The `google.rpc.ErrorInfo` of `status`, checked to say `reason` in
+/// `domain`: read from the details, never from the message.
+#[track_caller]
+fn error_info(status: &Status, domain: &str, reason: &str) -> tonic_types::ErrorInfo {
+    let info = status
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    assert_eq!(
+        (info.domain.as_str(), info.reason.as_str()),
+        (domain, reason),
+        "{status:?}"
+    );
+    info
 }
 
 #[track_caller]
@@ -499,6 +523,7 @@ async fn a_refund_before_its_charge_is_a_null_compensation_and_the_late_charge_i
             Code::FailedPrecondition,
         );
         assert_mentions(&late, "compensated");
+        error_info(&late, "participant.v1", "ALREADY_COMPENSATED");
         assert_eq!(
             stack.balance("alice").await,
             1_000,
@@ -567,6 +592,7 @@ async fn a_restock_before_its_deduct_is_a_null_compensation_and_the_late_deduct_
             Code::FailedPrecondition,
         );
         assert_mentions(&late, "compensated");
+        error_info(&late, "participant.v1", "ALREADY_COMPENSATED");
         assert_eq!(
             (stack.stock("apple").await, stack.stock("pear").await),
             (10, 5),
@@ -601,11 +627,17 @@ async fn reusing_a_charge_request_id_with_different_parameters_is_refused() {
         Code::AlreadyExists,
     );
     assert_mentions(&other_amount, "amount_cents: 300 recorded, 400 received");
+    let reused = error_info(&other_amount, "participant.v1", "REQUEST_ID_REUSED");
+    assert_eq!(reused.metadata["request_id"], "order-1");
+    assert_eq!(reused.metadata["kind"], "charge");
+    assert_eq!(reused.metadata["field"], "amount_cents");
     let other_customer = refused(
         charge(&mut pay, "order-1", "bob", 300).await,
         Code::AlreadyExists,
     );
     assert_mentions(&other_customer, "customer_id: alice recorded, bob received");
+    let reused = error_info(&other_customer, "participant.v1", "REQUEST_ID_REUSED");
+    assert_eq!(reused.metadata["field"], "customer_id");
     assert_eq!(stack.balance("alice").await, 700);
     assert_eq!(stack.balance("bob").await, 1_000);
 
@@ -616,6 +648,8 @@ async fn reusing_a_charge_request_id_with_different_parameters_is_refused() {
         Code::AlreadyExists,
     );
     assert_mentions(&wrong_refund, "amount_cents: 300 recorded, 400 received");
+    let reused = error_info(&wrong_refund, "participant.v1", "REQUEST_ID_REUSED");
+    assert_eq!(reused.metadata["field"], "amount_cents");
     let wrong_customer = refused(
         refund(&mut pay, "order-1", "bob", 300).await,
         Code::AlreadyExists,
@@ -657,6 +691,10 @@ async fn reusing_a_deduct_request_id_with_different_lines_is_refused() {
             Code::AlreadyExists,
         );
         assert_mentions(&status, field);
+        let reused = error_info(&status, "participant.v1", "REQUEST_ID_REUSED");
+        let named = field.split_once(": ").expect("field: difference").0;
+        assert_eq!(reused.metadata["field"], named, "{status:?}");
+        assert_eq!(reused.metadata["kind"], "deduct");
     }
     assert_eq!(
         (stack.stock("apple").await, stack.stock("pear").await),
@@ -703,6 +741,7 @@ async fn a_charge_refused_for_insufficient_funds_stays_refused_when_retried_afte
         Code::FailedPrecondition,
     );
     assert_mentions(&first, "insufficient funds");
+    error_info(&first, "payment.v1", "INSUFFICIENT_FUNDS");
     assert_eq!(stack.balance("alice").await, 100);
 
     let topped_up = deposit(&mut pay, "dep-2", "alice", 500).await.unwrap();
@@ -713,6 +752,7 @@ async fn a_charge_refused_for_insufficient_funds_stays_refused_when_retried_afte
         Code::FailedPrecondition,
     );
     assert_eq!(retry.message(), first.message(), "the recorded refusal");
+    error_info(&retry, "payment.v1", "INSUFFICIENT_FUNDS");
     assert_eq!(stack.balance("alice").await, 600);
 
     let fresh = charge(&mut pay, "order-2", "alice", 250).await.unwrap();
@@ -730,17 +770,19 @@ async fn a_charge_for_an_unknown_customer_is_not_found_and_stays_so_when_retried
     let stack = Stack::start().await;
     let mut pay = stack.payments().await;
 
-    refused(
+    let unknown = refused(
         charge(&mut pay, "order-1", "ghost", 100).await,
         Code::NotFound,
     );
+    error_info(&unknown, "payment.v1", "ACCOUNT_NOT_FOUND");
     refused(account(&mut pay, "ghost").await, Code::NotFound);
 
     deposit(&mut pay, "dep-1", "ghost", 500).await.unwrap();
-    refused(
+    let replayed = refused(
         charge(&mut pay, "order-1", "ghost", 100).await,
         Code::NotFound,
     );
+    error_info(&replayed, "payment.v1", "ACCOUNT_NOT_FOUND");
     assert_eq!(stack.balance("ghost").await, 500);
     let fresh = charge(&mut pay, "order-2", "ghost", 100).await.unwrap();
     assert_eq!(fresh.balance_cents, 400);
@@ -757,6 +799,7 @@ async fn a_deduct_refused_for_short_stock_stays_refused_when_retried_after_addin
         Code::FailedPrecondition,
     );
     assert_mentions(&first, "insufficient stock");
+    error_info(&first, "inventory.v1", "INSUFFICIENT_STOCK");
     assert_eq!(stack.stock("apple").await, 2);
 
     let added = add_stock(&mut inv, "stock-2", "apple", 10).await.unwrap();
@@ -767,6 +810,7 @@ async fn a_deduct_refused_for_short_stock_stays_refused_when_retried_after_addin
         Code::FailedPrecondition,
     );
     assert_eq!(retry.message(), first.message(), "the recorded refusal");
+    error_info(&retry, "inventory.v1", "INSUFFICIENT_STOCK");
     assert_eq!(stack.stock("apple").await, 12);
 
     let fresh = deduct(&mut inv, "order-2", &[("apple", 5)]).await.unwrap();
@@ -785,6 +829,7 @@ async fn a_deduct_of_an_unknown_product_is_not_found_and_takes_nothing() {
         Code::NotFound,
     );
     assert_mentions(&status, "plum");
+    error_info(&status, "inventory.v1", "PRODUCT_NOT_FOUND");
     assert_eq!(stack.stock("apple").await, 10);
     refused(product(&mut inv, "plum").await, Code::NotFound);
 

@@ -18,6 +18,8 @@
 //!   error, so the restock compensation cannot complete) is retried from
 //!   "Needs attention" with the admin token once the fault is cleared, and
 //!   ends CANCELLED with one charge and one refund.
+//! - [`client_token`]: with a client token configured, the page asks for
+//!   it, keeps it for the tab and sends it (API and event stream).
 //!
 //! Screenshots of the list and of a saga page are taken every run; they are
 //! written to `docs/` (the README shows them) only with
@@ -36,6 +38,8 @@ mod api;
 mod attention;
 #[path = "console/browser.rs"]
 mod browser;
+#[path = "console/client_token.rs"]
+mod client_token;
 #[path = "console/list.rs"]
 mod list;
 #[path = "console/saga_page.rs"]

@@ -11,7 +11,9 @@
 //! - each store reports its size, its commits and its checkpoints;
 //! - the metrics are described (HELP text);
 //! - saga calls refused for their token are counted per RPC, and are no
-//!   operations.
+//!   operations;
+//! - client API calls and console requests refused for the client token
+//!   are counted per RPC, and store no saga.
 //!
 //! The recorder is process-wide (`service_kit::metrics::serve_metrics`),
 //! so this binary installs it once and its tests take turns: each starts
@@ -76,6 +78,7 @@ fn exporter() -> SocketAddr {
         participant_kit::metrics::describe();
         participant_kit::retention::describe();
         orchestrator::retention::describe();
+        orchestrator::client_auth::describe();
         addr
     })
 }
@@ -504,5 +507,100 @@ async fn saga_calls_refused_for_their_token_are_counted_per_rpc_and_are_no_opera
     );
     pay.stop().await;
     inv.stop().await;
+    turn.end().await;
+}
+
+/// With a client token set on the orchestrator, each client RPC refused
+/// for it (no token, or a wrong one) adds one to
+/// `saga_unauthenticated_total{rpc}`, a console request one to
+/// `{rpc="console"}`, RetrySaga with the client token but not the admin
+/// token one to `{rpc="retry_saga"}`; no saga is started, and calls with
+/// the token are not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_calls_refused_for_the_client_token_are_counted_per_rpc() {
+    use saga::order_service_client::OrderServiceClient;
+    use saga::saga_service_client::SagaServiceClient;
+    let turn = Turn::take().await;
+    let token = "metrics-client-token-0123456789";
+    let console = saga_tests::listener("127.0.0.1:0".parse().expect("addr")).await;
+    let console_addr = console.local_addr().expect("addr");
+    let options = service_kit::server::ServeOptions {
+        admin: TokenAuth::with_token("metrics-admin-token-0123456789").expect("token"),
+        ..Default::default()
+    }
+    .with_client(TokenAuth::with_token_for(Role::Client, token).expect("token"));
+    let guarded = turn
+        .stack
+        .orchestrator_harness()
+        .options(options)
+        .console(console)
+        .start()
+        .await;
+    fn unauthenticated<T: std::fmt::Debug>(result: Result<T, tonic::Status>) {
+        let status = result.expect_err("refused for its token");
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    }
+    let callers = [
+        TokenAuth::open_for(Role::Client),
+        TokenAuth::with_token_for(Role::Client, "metrics-client-token-0123456788").expect("token"),
+    ];
+    let channel = saga_tests::channel(guarded.addr).await;
+    for auth in callers {
+        let mut orders = OrderServiceClient::with_interceptor(channel.clone(), auth.clone());
+        let order = saga_tests::order_request("m-1", "alice", &[("sku-apple", 1, 1)], false);
+        unauthenticated(orders.create_order(order).await);
+        let mut sagas = SagaServiceClient::with_interceptor(channel.clone(), auth);
+        let lookup = Some(saga::get_saga_request::Lookup::SagaId("s".into()));
+        unauthenticated(sagas.get_saga(saga::GetSagaRequest { lookup }).await);
+        unauthenticated(sagas.list_sagas(saga::ListSagasRequest::default()).await);
+        let watch = saga::WatchSagaRequest {
+            saga_id: "s".into(),
+        };
+        unauthenticated(sagas.watch_saga(watch).await);
+        let retry = saga::RetrySagaRequest {
+            saga_id: "s".into(),
+        };
+        unauthenticated(sagas.retry_saga(retry).await);
+    }
+    // RetrySaga with the client token but without the admin token.
+    let client = TokenAuth::with_token_for(Role::Client, token).expect("token");
+    let mut sagas = SagaServiceClient::with_interceptor(channel.clone(), client.clone());
+    let retry = saga::RetrySagaRequest {
+        saga_id: "s".into(),
+    };
+    unauthenticated(sagas.retry_saga(retry).await);
+    // With the token: answered (NOT_FOUND), not counted.
+    let lookup = Some(saga::get_saga_request::Lookup::SagaId("s".into()));
+    let missing = sagas
+        .get_saga(saga::GetSagaRequest { lookup })
+        .await
+        .expect_err("no such saga");
+    assert_eq!(missing.code(), Code::NotFound);
+    // The console: three requests without the token.
+    for path in ["/api/counts", "/api/sagas", "/api/sagas/s/events"] {
+        let (status, _) = saga_tests::http::get(console_addr, path)
+            .await
+            .expect("the console answers");
+        assert_eq!(status, 401, "{path}");
+    }
+    let refused = |rpc| series("saga_unauthenticated_total", &[("rpc", rpc)]);
+    let after = turn
+        .counted(&[
+            (refused("create_order"), 2.0),
+            (refused("get_saga"), 2.0),
+            (refused("list_sagas"), 2.0),
+            (refused("watch_saga"), 2.0),
+            (refused("retry_saga"), 3.0),
+            (refused("console"), 3.0),
+            (series("saga_unauthenticated_total", &[]), 14.0),
+            (series("sagas_started_total", &[]), 0.0),
+        ])
+        .await;
+    assert!(
+        after.text.contains("# HELP saga_unauthenticated_total "),
+        "saga_unauthenticated_total has no HELP text:\n{}",
+        after.text
+    );
+    guarded.stop().await;
     turn.end().await;
 }

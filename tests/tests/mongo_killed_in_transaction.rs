@@ -97,6 +97,7 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
         probe.local_addr().expect("addr")
     };
     let mut payment_process = start_payment(payment_addr, &uri, &payment_db);
+    saga_tests::wait_ready(payment_addr, Duration::from_secs(60)).await;
     let inventory = ParticipantHarness::new(Service::Inventory, storage.clone())
         .start()
         .await;
@@ -189,6 +190,7 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
         "the Charge never had to retry: {charge:?}"
     );
     let mut payment_process = start_payment(payment_addr, &uri, &payment_db);
+    saga_tests::wait_ready(payment_addr, Duration::from_secs(60)).await;
     assert_eq!(
         balance(payment_addr, "alice").await,
         1_000 - 300,

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 /// a real MongoDB (`MONGODB_URI`), which it cannot: it says so and runs.
 fn test_server_available() -> bool {
     if std::env::var_os("RUST_LOG").is_some() {
-        service_kit::telemetry::init(service_kit::telemetry::LogFormat::Text);
+        let _ = service_kit::telemetry::init(service_kit::telemetry::LogFormat::Text);
     }
     let Some(target) = saga_tests::backends::mongo() else {
         return false;

@@ -136,6 +136,12 @@ async fn beyond_the_in_flight_cap_create_order_is_refused_and_stores_nothing() {
         .await
         .expect_err("over the cap");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    let info = tonic_types::StatusExt::get_details_error_info(&refused).expect("ErrorInfo");
+    assert_eq!(
+        (info.domain.as_str(), info.reason.as_str()),
+        ("saga.v1", "TOO_MANY_SAGAS_IN_FLIGHT")
+    );
+    assert_eq!(info.metadata["cap"], "2");
     // A duplicate of an admitted order is still answered.
     let duplicate = orders
         .create_order(order_request(

@@ -251,6 +251,17 @@ async fn reused_request_id_with_different_parameters_is_refused(stack: Stack) {
             .expect_err("reuse refused");
         assert_eq!(err.code(), tonic::Code::AlreadyExists);
         assert!(err.message().contains(field), "{}", err.message());
+        // The same, for a program: the ErrorInfo names the reason and field.
+        let info = tonic_types::StatusExt::get_details_error_info(&err).expect("ErrorInfo");
+        assert_eq!(
+            (info.domain.as_str(), info.reason.as_str()),
+            ("saga.v1", "REQUEST_ID_REUSED")
+        );
+        assert_eq!(info.metadata["request_id"], "reuse");
+        assert_eq!(
+            info.metadata["field"],
+            field.split_once(": ").expect("field").0
+        );
     }
     let err = stack
         .order("reuse", "bob", &[("sku-apple", 1, 100)])
@@ -341,6 +352,11 @@ async fn sagas_can_be_found_by_either_id_and_listed_newest_first_in_pages(stack:
         .await
         .expect_err("not found");
     assert_eq!(missing.code(), tonic::Code::NotFound);
+    let info = tonic_types::StatusExt::get_details_error_info(&missing).expect("ErrorInfo");
+    assert_eq!(
+        (info.domain.as_str(), info.reason.as_str()),
+        ("saga.v1", "SAGA_NOT_FOUND")
+    );
     stack.stop().await;
 }
 

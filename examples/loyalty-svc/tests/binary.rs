@@ -38,8 +38,9 @@ fn command(data_dir: &std::path::Path) -> Command {
     command
 }
 
-/// Starts `command` and waits for its "serving" log line; the address it
-/// serves on. Its output goes on being drained.
+/// Starts `command` and waits until it is ready (its "answering health" log
+/// line names the address, "readiness SERVING" follows once its store is
+/// open); the address it serves on. Its output goes on being drained.
 fn start(mut command: Command) -> (Running, SocketAddr) {
     let mut child = command
         .stdout(Stdio::piped())
@@ -49,12 +50,20 @@ fn start(mut command: Command) -> (Running, SocketAddr) {
     let running = Running(child);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        let mut addr: Option<SocketAddr> = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
-            if event["message"] == "loyalty-svc serving"
-                && let Some(addr) = event["addr"].as_str().and_then(|a| a.parse().ok())
+            let message = event["message"].as_str().unwrap_or_default();
+            if message.starts_with("loyalty-svc answering health")
+                && let Some(parsed) = event["addr"].as_str().and_then(|a| a.parse().ok())
+            {
+                addr = Some(parsed);
+            }
+            // Calls are answered once the store is open: readiness SERVING.
+            if message.starts_with("ready: readiness SERVING")
+                && let Some(addr) = addr.take()
             {
                 let _ = tx.send(addr);
             }

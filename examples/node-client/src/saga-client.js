@@ -10,10 +10,12 @@
  *   jitter. That is safe because CreateOrder is idempotent by request_id: a
  *   repeat finds the saga the first call created (`created: false`), so a
  *   retry never places a second order.
- * - Every other error is final, and is decided by its status code, never by
- *   message text: INVALID_ARGUMENT (the message names the field first,
- *   `items[0].quantity: must be positive`), ALREADY_EXISTS (the request id
- *   was used before for a different order).
+ * - Every other error is final, and is decided by its status code and its
+ *   rich error details (`errorDetails`), never by message text:
+ *   INVALID_ARGUMENT (its google.rpc.BadRequest names every bad field,
+ *   `items[0].quantity`), ALREADY_EXISTS (ErrorInfo `REQUEST_ID_REUSED`: the
+ *   request id was used before for a different order; metadata `field` names
+ *   what differs).
  * - `watchSaga` follows a saga's stream to its end: the first message is the
  *   current state, then one per change, and the stream ends after the
  *   terminal state; a dropped stream is reopened (the first message of the
@@ -23,6 +25,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { errorDetails } from './error-details.js';
+
+export { errorDetails };
 
 /** The repository's proto root; `PROTO_DIR` overrides it for a checkout elsewhere. */
 export const PROTO_DIR =
@@ -119,17 +124,27 @@ function followStream(client, sagaId, onState) {
   });
 }
 
-/** One line for a failed call, decided by its status code. */
+/**
+ * One line for a failed call, decided by its status code and its rich error
+ * details (`errorDetails`: the BadRequest's fields, the ErrorInfo's reason),
+ * never by message text.
+ */
 export function explain(error) {
+  const details = errorDetails(error);
   switch (error.code) {
     case grpc.status.INVALID_ARGUMENT: {
-      // The orchestrator's messages name the field first: `items[0].quantity: must be positive`.
-      const named = /^([\w.[\]]+): (.*)$/s.exec(error.details ?? '');
-      const field = named?.[1] ?? 'unknown field';
-      return { kind: 'invalid', field, line: `invalid ${field}: ${named?.[2] ?? error.details}` };
+      // The BadRequest names every bad field; the message says why, for people.
+      const fields = details.fields.length > 0 ? details.fields : ['unknown field'];
+      const why = details.violations.map((v) => `${v.field}: ${v.description}`).join('; ');
+      return { kind: 'invalid', field: fields[0], fields, line: `invalid ${why || error.details}` };
     }
     case grpc.status.ALREADY_EXISTS:
-      return { kind: 'reused', line: `this request_id was already used for a different order: ${error.details}` };
+      return {
+        kind: 'reused',
+        reason: details.reason,
+        field: details.metadata.field ?? null,
+        line: `this request_id was already used for a different order: ${error.details}`,
+      };
     case grpc.status.UNAVAILABLE:
     case grpc.status.DEADLINE_EXCEEDED:
       return {
@@ -137,7 +152,11 @@ export function explain(error) {
         line: `no answer from the orchestrator (${grpc.status[error.code]}: ${error.details})`,
       };
     case grpc.status.UNAUTHENTICATED:
-      return { kind: 'unauthenticated', line: `not authenticated: set CLIENT_TOKEN (${error.details})` };
+      return {
+        kind: 'unauthenticated',
+        reason: details.reason,
+        line: `not authenticated (${details.reason ?? 'no reason given'}): set CLIENT_TOKEN (${error.details})`,
+      };
     default:
       return { kind: 'other', line: `${grpc.status[error.code] ?? 'error'}: ${error.details ?? error.message}` };
   }

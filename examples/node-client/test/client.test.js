@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { PROTO_DIR, connect, createOrder, explain, watchSaga } from '../src/saga-client.js';
+import { PROTO_DIR, connect, createOrder, errorDetails, explain, watchSaga } from '../src/saga-client.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
 
@@ -77,6 +77,10 @@ describe('against the live orchestrator', () => {
     const error = await failure(createOrder(client, { ...request, customer_id: 'bob' }));
     assert.equal(error.code, grpc.status.ALREADY_EXISTS);
     assert.equal(explain(error).kind, 'reused');
+    // Read from the ErrorInfo in the status details, not from the message.
+    assert.equal(explain(error).reason, 'REQUEST_ID_REUSED');
+    assert.equal(explain(error).field, 'customer_id');
+    assert.equal(errorDetails(error).domain, 'saga.v1');
   });
 
   it('an invalid order: INVALID_ARGUMENT, and the field it names', async () => {
@@ -85,6 +89,9 @@ describe('against the live orchestrator', () => {
     assert.equal(explain(error).field, 'items[0].quantity');
     const empty = await failure(createOrder(client, order('', 'sku-apple', 1, 150)));
     assert.equal(explain(empty).field, 'customer_id');
+    // Every bad field at once, from the BadRequest.
+    const both = await failure(createOrder(client, order('', 'sku-apple', 0, 150)));
+    assert.deepEqual(explain(both).fields, ['customer_id', 'items[0].quantity']);
   });
 
   it('WatchSaga followed to its end: every state in order, ending terminal', async () => {

@@ -11,10 +11,13 @@
 //!
 //! Input is validated exactly as the gRPC adapters do (the same
 //! `service_kit::validate` functions, the same page tokens), and an error
-//! is `{"code", "message", "field"}` with the HTTP status of its gRPC code
-//! ([`http_status`]): INVALID_ARGUMENT 400 naming the field, NOT_FOUND 404,
-//! FAILED_PRECONDITION / ALREADY_EXISTS / ABORTED 409, UNAUTHENTICATED 401,
-//! RESOURCE_EXHAUSTED 429, UNAVAILABLE 503.
+//! is `{"code", "message", "field", "fields", "reason", "domain"}` with the
+//! HTTP status of its gRPC code ([`http_status`]): INVALID_ARGUMENT 400
+//! naming the field (`fields`: every bad field, the gRPC BadRequest's),
+//! NOT_FOUND 404, FAILED_PRECONDITION / ALREADY_EXISTS / ABORTED 409,
+//! UNAUTHENTICATED 401, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503;
+//! `reason`/`domain` are the gRPC ErrorInfo's (`SAGA_NOT_FOUND`,
+//! `CLIENT_TOKEN_REQUIRED`, …), null when it has none.
 
 use super::{Console, json};
 use crate::app::{AppError, Orchestrator};
@@ -78,11 +81,19 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = http_status(self.0.code());
         let message = self.0.message();
-        // validate::invalid writes "<field>: <problem>".
-        let field = (self.0.code() == Code::InvalidArgument)
-            .then(|| message.split_once(": ").map(|(field, _)| field))
-            .flatten();
-        let body = json!({ "code": code, "message": message, "field": field });
+        let fields = service_kit::errors::bad_fields(&self.0);
+        let (domain, reason) = match service_kit::errors::reason_of(&self.0) {
+            Some((domain, reason)) => (Some(domain), Some(reason)),
+            None => (None, None),
+        };
+        let body = json!({
+            "code": code,
+            "message": message,
+            "field": fields.first(),
+            "fields": fields,
+            "reason": reason,
+            "domain": domain,
+        });
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
@@ -139,7 +150,14 @@ pub async fn json_refusals(
         };
         ("INVALID_ARGUMENT", text)
     };
-    let body = json!({ "code": code, "message": message, "field": Value::Null });
+    let body = json!({
+        "code": code,
+        "message": message,
+        "field": Value::Null,
+        "fields": [],
+        "reason": Value::Null,
+        "domain": Value::Null,
+    });
     let mut answer = (status, Json(body)).into_response();
     if let Some(allow) = allow {
         answer.headers_mut().insert(header::ALLOW, allow);
@@ -335,12 +353,33 @@ pub async fn retry(
     headers: HeaderMap,
 ) -> ApiResult {
     same_origin(&headers, &console.hosts)?;
-    console
-        .admin
-        .check(&tonic::metadata::MetadataMap::from_headers(headers))?;
+    console.guard.check_admin(
+        crate::client_auth::CONSOLE,
+        &tonic::metadata::MetadataMap::from_headers(headers),
+    )?;
     validate::id("saga_id", &saga_id)?;
     let saga = console.app.retry(&saga_id).await?;
     Ok(Json(json::saga(&convert::saga(saga))))
+}
+
+/// Refuses an `/api/` request without the client token (or the admin
+/// token) when one is configured: 401 with `reason`
+/// `CLIENT_TOKEN_REQUIRED`, counted in `saga_unauthenticated_total{rpc=
+/// "console"}`. The pages and assets hold no data and stay open, so the
+/// browser can load the page that asks for the token.
+pub async fn client_token(
+    State(console): State<Arc<Console>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !console.guard.is_required() || !request.uri().path().starts_with("/api/") {
+        return next.run(request).await;
+    }
+    let metadata = tonic::metadata::MetadataMap::from_headers(request.headers().clone());
+    match console.guard.check(crate::client_auth::CONSOLE, &metadata) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => ApiError(refused).into_response(),
+    }
 }
 
 /// Refuses a request whose `Host` (or HTTP/2 authority) is not one the

@@ -3,7 +3,10 @@
 //! shows and one set of names serves both.
 //!
 //! Why by hand: prost's generated types carry no serde, and the mapping is
-//! small. Field names are the .proto's (the mapping's "preserve proto field
+//! small. `pbjson-build` could generate it, but its serde needs its own
+//! `google.protobuf.Timestamp` (`pbjson-types`, via `extern_path`) in place
+//! of `prost-types`' in every service's generated code, to save these two
+//! hundred lines. Field names are the .proto's (the mapping's "preserve proto field
 //! names" form), every field is present (defaults included), enums are
 //! their value names (`SAGA_STATUS_COMPLETED`), timestamps RFC 3339 in UTC
 //! with milliseconds, and 64-bit integers strings — as the mapping says,

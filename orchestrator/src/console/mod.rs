@@ -19,9 +19,20 @@
 //!   text, never parsed as HTML; the pages' Content-Security-Policy allows
 //!   only their own scripts, as a second line.
 //!
+//! When a client token is configured (`--client-token`), every `/api/`
+//! request needs it (or the admin token) in `Authorization: Bearer`, and
+//! is refused 401 without it ([`api::client_token`]); the pages and their
+//! assets stay readable, so a browser can load the page that asks for the
+//! token. The page keeps it in `sessionStorage` (this tab, until it
+//! closes) and sends it as that header — the live event stream too,
+//! which it reads with `fetch` rather than `EventSource` so that the token
+//! never goes into a URL, where access logs, proxies and the browser's
+//! history would keep it.
+//!
 //! Retry is the one mutating call: a POST carrying the admin token in
 //! `Authorization: Bearer`, checked with the orchestrator's admin
-//! [`TokenAuth`] (refused 401 without it once one is configured). The
+//! token ([`ClientGuard::check_admin`]; refused 401 without it once one is
+//! configured). The
 //! console never stores the token; the page keeps it in memory only.
 //!
 //! Every request names a host the console answers to ([`hosts`]: no DNS
@@ -36,10 +47,10 @@ pub mod json;
 pub mod pages;
 
 use crate::app::Orchestrator;
+use crate::client_auth::ClientGuard;
 use axum::Router;
 use axum::routing::{get, post};
 use hosts::AllowedHosts;
-use service_kit::auth::TokenAuth;
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -71,8 +82,9 @@ impl Default for ConsoleSettings {
 pub struct Console {
     /// The orchestrator's use cases.
     pub app: Arc<Orchestrator>,
-    /// Who may retry (the gRPC RetrySaga's admin token).
-    pub admin: TokenAuth,
+    /// Who may read (the gRPC API's client token, or the admin token) and
+    /// who may retry (the gRPC RetrySaga's admin token too).
+    pub guard: ClientGuard,
     /// The hosts answered, and the other origins that may retry.
     pub hosts: AllowedHosts,
     /// One permit per open event stream.
@@ -81,10 +93,10 @@ pub struct Console {
 
 impl Console {
     /// The console of `app`, served as `settings` say.
-    pub fn new(app: Arc<Orchestrator>, admin: TokenAuth, settings: &ConsoleSettings) -> Self {
+    pub fn new(app: Arc<Orchestrator>, guard: ClientGuard, settings: &ConsoleSettings) -> Self {
         Console {
             app,
-            admin,
+            guard,
             hosts: settings.allowed_hosts.clone(),
             streams: Arc::new(Semaphore::new(
                 settings.max_streams.clamp(1, Semaphore::MAX_PERMITS),
@@ -107,6 +119,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/sagas/{saga_id}/events", get(events::follow))
         .route("/api/sagas/{saga_id}/retry", post(api::retry))
         .fallback(api::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            api::client_token,
+        ))
         .layer(axum::middleware::from_fn(api::json_refusals))
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
@@ -117,15 +133,16 @@ pub fn router(console: Arc<Console>) -> Router {
 }
 
 /// Serves the console on `listener` until `shutdown` fires (open event
-/// streams end then too, as WatchSaga's do).
+/// streams end then too, as WatchSaga's do); `/api/` requests need
+/// `guard`'s client token, a retry its admin token.
 pub async fn serve(
     app: Arc<Orchestrator>,
-    admin: TokenAuth,
+    guard: ClientGuard,
     settings: ConsoleSettings,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
-    let router = router(Arc::new(Console::new(app, admin, &settings)));
+    let router = router(Arc::new(Console::new(app, guard, &settings)));
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.wait().await })
         .await

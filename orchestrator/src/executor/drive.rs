@@ -7,7 +7,7 @@ use crate::engine::{self, Next, Outcome};
 use crate::saga::{Saga, StepState};
 use crate::step::{Phase, SagaStep, StepOutcome};
 use std::time::Duration;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 /// What the loop carries from one call to the next.
 struct Progress {
@@ -102,13 +102,8 @@ impl Executor {
             Phase::Action => step.attempts,
             Phase::Compensation => step.compensation_attempts,
         };
-        let span = tracing::info_span!(
-            "step",
-            step = %step.name,
-            request_id = %step.request_id,
-            phase = ?phase,
-            attempt
-        );
+        let exporting = service_kit::telemetry::exporting();
+        let span = attempt_span(saga, step, phase, attempt, exporting);
         let started = std::time::Instant::now();
         let reply = invoke(calls, saga, step, phase)
             .instrument(span.clone())
@@ -128,6 +123,12 @@ impl Executor {
             "outcome" => outcome.as_str()
         )
         .record(started.elapsed().as_secs_f64());
+        if exporting {
+            span.record("outcome", outcome.as_str());
+            if is_failure(&outcome) {
+                span.record("otel.status_code", "error");
+            }
+        }
         span.in_scope(|| count_and_log(&outcome));
         Ok(outcome)
     }
@@ -183,6 +184,61 @@ async fn invoke(calls: &dyn SagaStep, saga: &Saga, step: &StepState, phase: Phas
         Phase::Action => calls.act(saga, step).await,
         Phase::Compensation => calls.compensate(saga, step).await,
     }
+}
+
+/// The span of one attempt of `step`'s action or compensation: its log
+/// lines carry step, request id, phase and attempt (the saga id comes from
+/// the enclosing `saga` span). When spans are `exporting`, it is also named
+/// for the trace and carries the saga id itself; otherwise those fields
+/// stay empty and cost nothing.
+fn attempt_span(
+    saga: &Saga,
+    step: &StepState,
+    phase: Phase,
+    attempt: u32,
+    exporting: bool,
+) -> Span {
+    let span = tracing::info_span!(
+        "step",
+        step = %step.name,
+        request_id = %step.request_id,
+        phase = ?phase,
+        attempt,
+        saga_id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if exporting {
+        // Before the span is first entered: its exported name and kind are
+        // fixed then.
+        span.record("otel.name", step_span_name(phase, &step.name));
+        span.record("otel.kind", "client");
+        span.record("saga_id", saga.saga_id.as_str());
+    }
+    span
+}
+
+/// The exported name of a step attempt's span: `<step> action` or
+/// `<step> compensation`, so a trace reads as the saga ran.
+fn step_span_name(phase: Phase, step: &str) -> String {
+    match phase {
+        Phase::Action => format!("{step} action"),
+        Phase::Compensation => format!("{step} compensation"),
+    }
+}
+
+/// Whether the attempt failed (its span is marked as an error): a refusal
+/// is an answer, not a failure.
+fn is_failure(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Retrying(_)
+            | Outcome::CompensationRetrying(_)
+            | Outcome::GaveUp(_)
+            | Outcome::CompensationGaveUp(_)
+    )
 }
 
 fn count_and_log(outcome: &Outcome) {

@@ -252,6 +252,8 @@ impl Executor {
             request_id = %saga.request_id,
             trace_id = %saga.trace_id()
         );
+        // Under CreateOrder's span, whichever instance drives the saga.
+        service_kit::trace::continue_trace(&span, &saga.trace_id(), &saga.saga_id);
         tokio::spawn(
             async move {
                 let saga_id = saga.saga_id.clone();

@@ -97,9 +97,11 @@ impl Caller {
 }
 
 /// The saga's trace context for a participant call: trace id = the saga
-/// id's 32 hex digits (or the caller's trace), a fresh span id.
+/// id's 32 hex digits (or the caller's trace); the span id names the step
+/// attempt making the call when spans are exported (the participant's span
+/// becomes its child), else a fresh one.
 pub fn traceparent(saga: &Saga) -> String {
-    service_kit::trace::traceparent(&saga.trace_id())
+    service_kit::trace::outgoing(&saga.trace_id())
 }
 
 /// One result of a batch as the call on its own would have ended: its
@@ -108,7 +110,11 @@ pub fn traceparent(saga: &Saga) -> String {
 pub fn batch_result<T>(result: Option<Result<T, participant::CallError>>) -> Result<T, Status> {
     match result {
         Some(Ok(reply)) => Ok(reply),
-        Some(Err(e)) => Err(Status::new(Code::from_i32(e.code), e.message)),
+        Some(Err(e)) => Err(Status::with_details(
+            Code::from_i32(e.code),
+            e.message,
+            e.details.into(),
+        )),
         None => Err(Status::internal(
             "a batch result with neither a reply nor an error",
         )),

@@ -43,7 +43,10 @@ pub fn step_outcome_of<T>(reply: Result<T, Status>) -> StepOutcome {
 /// (compensate, no retry) rather than an unknown outcome (unreachable,
 /// timed out, overloaded, crashed: retry).
 pub fn is_refusal(status: &Status) -> bool {
-    if status.code() == Code::OutOfRange && over_size_limit(status) {
+    // A participant's own OUT_OF_RANGE carries its ErrorInfo reason; the
+    // oversize status tonic makes up carries none.
+    let decided_by_participant = service_kit::errors::reason_of(status).is_some();
+    if status.code() == Code::OutOfRange && !decided_by_participant && over_size_limit(status) {
         // Not the participant's refusal: its reply could not be read. A
         // refused step is not compensated, so this must be retried.
         return false;
@@ -119,5 +122,13 @@ mod tests {
         );
         assert!(!is_refusal(&status));
         assert_eq!(outcome_of(status), "transient");
+        // A participant's OUT_OF_RANGE (with its reason) is its refusal,
+        // whatever its text says.
+        let refused = service_kit::errors::ErrorReason::new("payment.v1", "BALANCE_OVERFLOW")
+            .status(
+                Code::OutOfRange,
+                "decoded message length too large, says a customer id",
+            );
+        assert!(is_refusal(&refused));
     }
 }

@@ -62,7 +62,7 @@ pub use api::{FaultApi, SERVICE_NAME, service_with};
 pub use config::FaultConfig;
 
 use crate::Admission;
-use crate::outcome::{Refusal, RefusalReason};
+use crate::outcome::{Refusal, injected_unavailable};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use service_kit::validate;
@@ -219,7 +219,7 @@ impl Admitted {
     /// about a charge that was, and leak money.)
     pub fn admission(&self) -> Admission {
         if self.refuse {
-            Admission::Refuse(Refusal::new(RefusalReason::Insufficient, REFUSAL_MESSAGE))
+            Admission::Refuse(Refusal::injected())
         } else {
             Admission::Apply
         }
@@ -387,7 +387,10 @@ impl Faults {
         if plan.transient {
             self.transient_errors.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(request_id, ?kind, "injected transient error");
-            return Err(Status::unavailable(TRANSIENT_MESSAGE));
+            return Err(injected_unavailable(
+                "INJECTED_TRANSIENT_ERROR",
+                TRANSIENT_MESSAGE,
+            ));
         }
         if plan.refusal {
             self.refusals.fetch_add(1, Ordering::Relaxed);
@@ -412,7 +415,10 @@ impl Faults {
             Ok(_) if admitted.drop_reply => {
                 self.dropped_replies.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(request_id, "injected lost reply");
-                Err(Status::unavailable(LOST_REPLY_MESSAGE))
+                Err(injected_unavailable(
+                    "INJECTED_LOST_REPLY",
+                    LOST_REPLY_MESSAGE,
+                ))
             }
             other => other,
         }

@@ -195,9 +195,17 @@ mod tests {
         }
     }
 
+    /// The message of the INVALID_ARGUMENT `call` gets, checked to start
+    /// with the one field its `google.rpc.BadRequest` names.
     fn refused(call: pb::StepCall) -> String {
         let status = StepCall::try_from(call).unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        let fields = service_kit::errors::bad_fields(&status);
+        assert_eq!(fields.len(), 1, "{status:?}");
+        assert!(
+            status.message().starts_with(&format!("{}: ", fields[0])),
+            "{status:?}"
+        );
         status.message().to_owned()
     }
 

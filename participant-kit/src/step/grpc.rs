@@ -160,6 +160,7 @@ impl SagaStepService for StepApi {
         let timed = self.kit.call(ACT, CallKind::Action, &request)?;
         let call = StepCall::try_from(request.into_inner())?;
         let span = span(ACT, &call, timed.trace_id());
+        timed.join_caller(&span);
         let reply = crate::logged!(&span, self.act_once(call).instrument(span.clone()).await);
         drop(timed);
         Ok(Response::new(reply?))
@@ -174,6 +175,7 @@ impl SagaStepService for StepApi {
             .call(COMPENSATE, CallKind::Compensation, &request)?;
         let call = StepCall::try_from(request.into_inner())?;
         let span = span(COMPENSATE, &call, timed.trace_id());
+        timed.join_caller(&span);
         let reply = crate::logged!(
             &span,
             self.compensate_once(call).instrument(span.clone()).await

@@ -379,7 +379,7 @@ pub async fn parameter_mismatch_is_refused_and_changes_nothing(store: Store) {
     ] {
         let deduct = store.deduct(other.clone(), Admission::Apply).await;
         assert!(
-            matches!(deduct, Err(ParticipantError::ParameterMismatch(ref m)) if m.contains("different parameters")),
+            matches!(deduct, Err(ParticipantError::ParameterMismatch(ref m)) if m.message.contains("different parameters")),
             "{deduct:?}"
         );
         let restock = store.restock(other).await;

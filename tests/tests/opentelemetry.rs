@@ -1,0 +1,542 @@
+//! Spans over OTLP, as a collector receives them: the real binaries —
+//! payment-svc, inventory-svc, loyalty-svc (a generic step) and the
+//! orchestrator, each its own process with its own `OTEL_SERVICE_NAME` —
+//! export to an OTLP/gRPC receiver the test serves
+//! ([`saga_tests::otlp_receiver`]).
+//!
+//! - `one_trace_per_saga_across_the_services`: a completed and a
+//!   compensated order (loyalty-svc refuses the customer, so inventory then
+//!   payment are compensated). The services run with the SDK's default
+//!   5 s batch delay and are stopped with SIGTERM right after the sagas end,
+//!   so the spans checked are the ones the graceful shutdown flushed. Each
+//!   saga is one trace, its id the saga's: CreateOrder is the root, the
+//!   `saga` span its child, every step attempt and compensation a child of
+//!   that, in order (compensations in reverse), and each participant's span
+//!   a child of the step attempt that called it, from its own service.
+//! - `a_saga_resumed_after_a_restart_continues_its_trace`: the orchestrator
+//!   stops while inventory-svc is down (the saga retrying its deduct); a new
+//!   orchestrator process on the same store resumes it once inventory-svc
+//!   is up. Both processes' `saga` spans are in the saga's trace, children
+//!   of the first process's CreateOrder span.
+//!
+//! The binaries must be built (`cargo build --workspace --bins`; the test
+//! command does). Every wait is on a condition with a timeout; every
+//! process is stopped by the test, also when it fails.
+
+use saga_proto::inventory::v1 as inventory;
+use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use saga_proto::payment::v1 as payment;
+use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use saga_proto::saga::v1 as saga;
+use saga_proto::saga::v1::order_service_client::OrderServiceClient;
+use saga_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
+use saga_tests::process::{self, spawn_tied};
+use saga_tests::{channel, order_request, wait_terminal};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// How long a service has to start, a saga to end, a process to stop.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A service binary running as a child process with span export on, its
+/// log in a file; stopped (SIGTERM, then SIGKILL) when dropped.
+struct Service {
+    name: &'static str,
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Service {
+    /// Starts `binary` on `addr` (`--listen` added) with `args` and `env`,
+    /// exporting its spans to `receiver` as `OTEL_SERVICE_NAME=binary`, its
+    /// log lines (stdout) and errors (stderr) in a file under `dir`;
+    /// waits until it is ready (health `""` SERVING).
+    async fn start(
+        binary: &'static str,
+        addr: SocketAddr,
+        args: &[&str],
+        env: &[(&str, &str)],
+        receiver: &OtlpReceiver,
+        dir: &Path,
+    ) -> Service {
+        let log = dir.join(format!("{binary}-{}.log", addr.port()));
+        let stdout = std::fs::File::create(&log).expect("log file");
+        let stderr = stdout.try_clone().expect("log file");
+        let mut cmd = Command::new(process::workspace_binary(binary));
+        cmd.args(args)
+            .args(["--listen", &addr.to_string()])
+            .env_clear()
+            .env("RUST_LOG", "info")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+            .env("OTEL_SERVICE_NAME", binary)
+            .envs(env.iter().copied())
+            .stdout(stdout)
+            .stderr(stderr);
+        let child = spawn_tied(cmd).unwrap_or_else(|e| panic!("start {binary}: {e}"));
+        let service = Service {
+            name: binary,
+            child,
+            addr,
+            log,
+        };
+        service.until_ready().await;
+        service
+    }
+
+    async fn until_ready(&self) {
+        let started = Instant::now();
+        loop {
+            if health(self.addr).await == Some(ServingStatus::Serving) {
+                return;
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "{} not ready within {LIMIT:?}; its log: {:?}",
+                self.name,
+                process::log_tail(&self.log, 20)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then asserts a clean exit (0) within the limit: the
+    /// graceful drain, which flushes the spans still buffered.
+    async fn stop_cleanly(mut self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let until = Instant::now() + LIMIT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < until,
+                "{} still running {LIMIT:?} after SIGTERM",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            status.success(),
+            "{} exited with {status}; its log: {:?}",
+            self.name,
+            process::log_tail(&self.log, 20)
+        );
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = process::stop(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+/// A free port on 127.0.0.1 (bound and released: the service binds it
+/// right after).
+fn free_addr() -> SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    probe.local_addr().expect("addr")
+}
+
+/// The readiness a health check at `addr` answers; `None` when nothing
+/// answers yet.
+async fn health(addr: SocketAddr) -> Option<ServingStatus> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .ok()?;
+    HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .ok()
+        .map(|reply| reply.into_inner().status())
+}
+
+/// A participant binary (`--data-dir` under `dir`, no metrics) exporting
+/// to `receiver`.
+async fn participant(
+    binary: &'static str,
+    addr: SocketAddr,
+    env: &[(&str, &str)],
+    receiver: &OtlpReceiver,
+    dir: &Path,
+) -> Service {
+    let data = dir.join(binary);
+    let data = data.to_str().expect("UTF-8 path");
+    let args = ["--data-dir", data, "--no-metrics"];
+    Service::start(binary, addr, &args, env, receiver, dir).await
+}
+
+/// The orchestrator binary over payment, inventory and (when given)
+/// loyalty at those addresses, its store under `dir`.
+async fn orchestrator(
+    addrs: &Addrs,
+    loyalty: Option<SocketAddr>,
+    receiver: &OtlpReceiver,
+    dir: &Path,
+) -> Service {
+    let steps = dir.join("saga-steps.toml");
+    let mut file =
+        "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n".to_owned();
+    if let Some(loyalty) = loyalty {
+        file.push_str(&format!(
+            "\n[[steps]]\nname = \"loyalty\"\naddress = \"http://{loyalty}\"\naction = \"award_points\"\ncompensation = \"revoke_points\"\n"
+        ));
+    }
+    std::fs::write(&steps, file).expect("steps file");
+    let data = dir.join("orchestrator");
+    let (payment, inventory) = (
+        format!("http://{}", addrs.payment),
+        format!("http://{}", addrs.inventory),
+    );
+    let args = [
+        "serve",
+        "--data-dir",
+        data.to_str().expect("UTF-8 path"),
+        "--steps-file",
+        steps.to_str().expect("UTF-8 path"),
+        "--payment-addr",
+        &payment,
+        "--inventory-addr",
+        &inventory,
+        "--no-console",
+        "--no-metrics",
+        "--retry-max-delay-ms",
+        "200",
+    ];
+    Service::start(
+        "orchestrator",
+        addrs.orchestrator,
+        &args,
+        &[],
+        receiver,
+        dir,
+    )
+    .await
+}
+
+/// The services' addresses, fixed for the test so a restart reuses them.
+struct Addrs {
+    payment: SocketAddr,
+    inventory: SocketAddr,
+    orchestrator: SocketAddr,
+}
+
+impl Addrs {
+    fn free() -> Addrs {
+        Addrs {
+            payment: free_addr(),
+            inventory: free_addr(),
+            orchestrator: free_addr(),
+        }
+    }
+}
+
+async fn deposit(addr: SocketAddr, customer: &str, cents: i64) {
+    PaymentServiceClient::new(channel(addr).await)
+        .deposit(payment::DepositRequest {
+            request_id: format!("deposit-{customer}"),
+            customer_id: customer.into(),
+            amount_cents: cents,
+        })
+        .await
+        .expect("deposit");
+}
+
+async fn add_stock(addr: SocketAddr, product: &str, units: i64) {
+    InventoryServiceClient::new(channel(addr).await)
+        .add_stock(inventory::AddStockRequest {
+            request_id: format!("stock-{product}"),
+            product_id: product.into(),
+            quantity: units,
+        })
+        .await
+        .expect("add stock");
+}
+
+/// CreateOrder (waiting for the end) of one apple for `customer`.
+async fn order(addr: SocketAddr, request_id: &str, customer: &str) -> saga::Saga {
+    OrderServiceClient::new(channel(addr).await)
+        .create_order(order_request(
+            request_id,
+            customer,
+            &[("sku-apple", 1, 250)],
+            true,
+        ))
+        .await
+        .expect("create order")
+        .into_inner()
+        .saga
+        .expect("the saga of a waiting CreateOrder")
+}
+
+/// The trace id of a saga created without a client `traceparent`: its
+/// UUID's 32 hex digits.
+fn trace_id_of(saga_id: &str) -> String {
+    uuid::Uuid::parse_str(saga_id)
+        .expect("saga ids are UUIDs")
+        .simple()
+        .to_string()
+}
+
+/// The spans of one trace, with lookups by name and parent.
+struct Trace {
+    spans: Vec<ReceivedSpan>,
+}
+
+impl Trace {
+    fn of(all: &[ReceivedSpan], trace_id: &str) -> Trace {
+        let mut spans: Vec<ReceivedSpan> = all
+            .iter()
+            .filter(|s| s.trace_id == trace_id)
+            .cloned()
+            .collect();
+        spans.sort_by_key(|s| s.start_ns);
+        Trace { spans }
+    }
+
+    /// The only span named `name` (panics listing the trace otherwise).
+    fn one(&self, name: &str) -> &ReceivedSpan {
+        let found: Vec<&ReceivedSpan> = self.spans.iter().filter(|s| s.name == name).collect();
+        assert_eq!(found.len(), 1, "one {name:?} span in {}", self.listing());
+        found[0]
+    }
+
+    /// The children of `parent`, oldest first.
+    fn children(&self, parent: &ReceivedSpan) -> Vec<&ReceivedSpan> {
+        self.spans
+            .iter()
+            .filter(|s| s.parent_span_id == parent.span_id)
+            .collect()
+    }
+
+    /// The single child of `parent` (a participant's span under a step
+    /// attempt).
+    fn only_child(&self, parent: &ReceivedSpan) -> &ReceivedSpan {
+        let children = self.children(parent);
+        assert_eq!(
+            children.len(),
+            1,
+            "one child of {:?} in {}",
+            parent.name,
+            self.listing()
+        );
+        children[0]
+    }
+
+    /// One line per span: service, name, id, parent.
+    fn listing(&self) -> String {
+        self.spans
+            .iter()
+            .map(|s| {
+                format!(
+                    "\n  {} {:?} {} <- {}",
+                    s.service, s.name, s.span_id, s.parent_span_id
+                )
+            })
+            .collect()
+    }
+}
+
+/// Checks `trace`'s root (CreateOrder, of `saga_id`) and its `saga` span
+/// (children: the step attempts); the step attempts' names and services,
+/// oldest first.
+fn check_saga_tree<'t>(trace: &'t Trace, saga_id: &str, request_id: &str) -> Vec<&'t ReceivedSpan> {
+    let root = trace.one("saga.v1.OrderService/CreateOrder");
+    assert_eq!(root.service, "orchestrator");
+    assert_eq!(root.parent_span_id, "", "CreateOrder is the root");
+    assert_eq!(root.attribute("saga_id"), Some(saga_id));
+    assert_eq!(root.attribute("request_id"), Some(request_id));
+    let driver = trace.one("saga");
+    assert_eq!(driver.parent_span_id, root.span_id, "{}", trace.listing());
+    assert_eq!(driver.attribute("saga_id"), Some(saga_id));
+    let steps = trace.children(driver);
+    for step in &steps {
+        assert_eq!(step.service, "orchestrator");
+        assert_eq!(step.attribute("saga_id"), Some(saga_id));
+        assert_eq!(step.attribute("attempt"), Some("1"), "{step:?}");
+        let name = step.attribute("step").expect("step attribute");
+        let request = format!("{saga_id}:{name}");
+        assert_eq!(step.attribute("request_id"), Some(request.as_str()));
+    }
+    steps
+}
+
+/// Checks that the participant span under `step` is `name` from `service`
+/// for the same request id.
+fn check_participant(trace: &Trace, step: &ReceivedSpan, service: &str, name: &str) {
+    let served = trace.only_child(step);
+    assert_eq!(
+        (served.service.as_str(), served.name.as_str()),
+        (service, name),
+        "under {:?}: {}",
+        step.name,
+        trace.listing()
+    );
+    assert_eq!(served.attribute("request_id"), step.attribute("request_id"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_per_saga_across_the_services() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = OtlpReceiver::start().await;
+    let addrs = Addrs::free();
+    let loyalty_addr = free_addr();
+    let payment = participant("payment-svc", addrs.payment, &[], &receiver, dir.path()).await;
+    let inventory = participant("inventory-svc", addrs.inventory, &[], &receiver, dir.path()).await;
+    let blocked = [("LOYALTY_BLOCKED_CUSTOMERS", "mallory")];
+    let loyalty = participant("loyalty-svc", loyalty_addr, &blocked, &receiver, dir.path()).await;
+    let orchestrator = orchestrator(&addrs, Some(loyalty_addr), &receiver, dir.path()).await;
+    deposit(addrs.payment, "alice", 10_000).await;
+    deposit(addrs.payment, "mallory", 10_000).await;
+    add_stock(addrs.inventory, "sku-apple", 10).await;
+
+    let completed = order(addrs.orchestrator, "otel-completed", "alice").await;
+    assert_eq!(completed.status(), saga::SagaStatus::Completed);
+    let cancelled = order(addrs.orchestrator, "otel-cancelled", "mallory").await;
+    assert_eq!(cancelled.status(), saga::SagaStatus::Cancelled);
+    let before_stop = receiver.spans().len();
+    for service in [orchestrator, loyalty, inventory, payment] {
+        service.stop_cleanly().await;
+    }
+    let spans = receiver.spans();
+    eprintln!(
+        "{} spans received ({before_stop} before the services stopped) in {} exports",
+        spans.len(),
+        receiver.exports()
+    );
+
+    let trace = Trace::of(&spans, &trace_id_of(&completed.saga_id));
+    let steps = check_saga_tree(&trace, &completed.saga_id, "otel-completed");
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["payment action", "inventory action", "loyalty action"],
+        "{}",
+        trace.listing()
+    );
+    check_participant(&trace, steps[0], "payment-svc", "charge");
+    check_participant(&trace, steps[1], "inventory-svc", "deduct");
+    check_participant(&trace, steps[2], "loyalty-svc", "step");
+    assert_eq!(trace.spans.len(), 8, "{}", trace.listing());
+    eprintln!(
+        "completed saga: {} spans{}",
+        trace.spans.len(),
+        trace.listing()
+    );
+
+    let trace = Trace::of(&spans, &trace_id_of(&cancelled.saga_id));
+    let steps = check_saga_tree(&trace, &cancelled.saga_id, "otel-cancelled");
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "payment action",
+            "inventory action",
+            "loyalty action",
+            "inventory compensation",
+            "payment compensation",
+        ],
+        "compensations in reverse order: {}",
+        trace.listing()
+    );
+    assert_eq!(steps[2].attribute("outcome"), Some("refused"));
+    check_participant(&trace, steps[0], "payment-svc", "charge");
+    check_participant(&trace, steps[1], "inventory-svc", "deduct");
+    check_participant(&trace, steps[2], "loyalty-svc", "step");
+    check_participant(&trace, steps[3], "inventory-svc", "restock");
+    check_participant(&trace, steps[4], "payment-svc", "refund");
+    assert_eq!(trace.spans.len(), 12, "{}", trace.listing());
+    eprintln!(
+        "compensated saga: {} spans{}",
+        trace.spans.len(),
+        trace.listing()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_resumed_after_a_restart_continues_its_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = OtlpReceiver::start().await;
+    let addrs = Addrs::free();
+    let payment = participant("payment-svc", addrs.payment, &[], &receiver, dir.path()).await;
+    // inventory-svc is not up yet: the deduct is retried.
+    let first = orchestrator(&addrs, None, &receiver, dir.path()).await;
+    deposit(addrs.payment, "alice", 10_000).await;
+    let saga_id = OrderServiceClient::new(channel(addrs.orchestrator).await)
+        .create_order(order_request(
+            "otel-resumed",
+            "alice",
+            &[("sku-apple", 1, 250)],
+            false,
+        ))
+        .await
+        .expect("create order")
+        .into_inner()
+        .saga_id;
+    let trace_id = trace_id_of(&saga_id);
+    // Stopped once the deduct has failed at least once (the step spans of
+    // the first process are flushed by its shutdown).
+    let started = Instant::now();
+    while !retrying(&first.log) {
+        assert!(
+            started.elapsed() < LIMIT,
+            "no failed deduct logged: {:?}",
+            process::log_tail(&first.log, 20)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.stop_cleanly().await;
+
+    let inventory = participant("inventory-svc", addrs.inventory, &[], &receiver, dir.path()).await;
+    add_stock(addrs.inventory, "sku-apple", 10).await;
+    let second = orchestrator(&addrs, None, &receiver, dir.path()).await;
+    let done = wait_terminal(addrs.orchestrator, &saga_id, LIMIT).await;
+    assert_eq!(done.status(), saga::SagaStatus::Completed);
+    for service in [second, inventory, payment] {
+        service.stop_cleanly().await;
+    }
+
+    let trace = Trace::of(&receiver.spans(), &trace_id);
+    let root = trace.one("saga.v1.OrderService/CreateOrder");
+    let drivers: Vec<&ReceivedSpan> = trace.spans.iter().filter(|s| s.name == "saga").collect();
+    assert_eq!(drivers.len(), 2, "one per process: {}", trace.listing());
+    for driver in &drivers {
+        assert_eq!(driver.parent_span_id, root.span_id, "{}", trace.listing());
+    }
+    let resumed = trace.children(drivers[1]);
+    let names: Vec<&str> = resumed.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["inventory action"], "{}", trace.listing());
+    check_participant(&trace, resumed[0], "inventory-svc", "deduct");
+    let first_attempts = trace.children(drivers[0]);
+    assert!(
+        first_attempts
+            .iter()
+            .any(|s| s.name == "inventory action" && s.error),
+        "the first process's failed deduct: {}",
+        trace.listing()
+    );
+    eprintln!(
+        "resumed saga: {} spans{}",
+        trace.spans.len(),
+        trace.listing()
+    );
+}
+
+/// Whether the orchestrator's log (at `log`) shows a failed attempt.
+fn retrying(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|text| text.contains("attempt failed; retrying"))
+}
