@@ -208,6 +208,12 @@ for backend in "${backends[@]}"; do
     run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
         --contention-orders 40 --retention-pass --backend "$backend"
 done
+# The same soak with a third, generic step (loyalty-svc, participant.v1.SagaStepService):
+# 42 s here on the embedded store, so it runs in the test command on that one.
+stage="chaos soak (embedded, 3 steps)"
+echo "== chaos soak (short) with a third, generic step: loyalty-svc faulted and SIGKILLed like the participants, its points audited; embedded"
+run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
+    --contention-orders 40 --retention-pass --backend embedded --third-step loyalty
 
 stage="loadgen smoke"
 echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings"

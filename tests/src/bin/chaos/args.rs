@@ -13,6 +13,14 @@ pub enum Backend {
     Mongo,
 }
 
+/// A third saga step after payment and inventory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ThirdStep {
+    /// loyalty-svc (`examples/loyalty-svc`), the Rust participant of the
+    /// generic step contract: points per order, taken back on compensation.
+    Loyalty,
+}
+
 /// The command line.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
@@ -37,11 +45,18 @@ pub struct Args {
     /// was driving (longer than the lease TTL).
     #[arg(long, default_value_t = 2)]
     pub orchestrator_kills: u32,
-    /// Times each participant is SIGKILLed (and restarted) during the drive.
+    /// Times each participant (loyalty-svc too, with `--third-step`) is
+    /// SIGKILLed (and restarted) during the drive.
     #[arg(long, default_value_t = 1)]
     pub participant_restarts: u32,
     #[arg(long, value_enum, default_value_t = Backend::Embedded)]
     pub backend: Backend,
+    /// A third step: the orchestrators run a steps file (payment, inventory,
+    /// loyalty), loyalty-svc is spawned on the run's backend, injected with
+    /// the same faults and SIGKILLed like the participants, and the audit
+    /// checks its points.
+    #[arg(long, value_enum)]
+    pub third_step: Option<ThirdStep>,
     /// Seed of the orders and of the fault sequences (default: from the clock;
     /// printed).
     #[arg(long)]

@@ -9,7 +9,8 @@
 //! sequence of versions whose writer changes only with a claim, the killed
 //! instances' sagas finished (by takeover where the victim stayed down),
 //! and the contention races won by exactly as many orders as stock and
-//! money allow.
+//! money allow. With `--third-step loyalty`, loyalty-svc's store is checked
+//! too ([`crate::third_step`]).
 //!
 //! Everything here reads the stores and the manifest only, so
 //! `--audit-only` runs the same checks on a kept run.
@@ -30,7 +31,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(name: impl Into<String>, problems: Vec<String>) -> Finding {
+    pub(crate) fn new(name: impl Into<String>, problems: Vec<String>) -> Finding {
         Finding {
             name: name.into(),
             problems,
@@ -221,6 +222,9 @@ pub fn check(snap: &Snapshot, run: &Manifest) -> (Vec<Finding>, Figures) {
     let figures = figures(snap);
     findings.extend(audit.kill_findings(&figures));
     findings.extend(audit.contention_findings());
+    if let Some(store) = &snap.loyalty {
+        findings.extend(crate::third_step::check(store, &run.orders, &audit.by_id));
+    }
     (findings, figures)
 }
 

@@ -173,14 +173,29 @@ impl Checks {
             ),
         );
         self.check(
-            tally.participant_restarts == [args.participant_restarts; 2],
+            tally.participant_restarts
+                == [
+                    args.participant_restarts,
+                    args.participant_restarts,
+                    if args.third_step.is_some() {
+                        args.participant_restarts
+                    } else {
+                        0
+                    },
+                ],
             &format!(
                 "each participant SIGKILLed and restarted {} time(s)",
                 args.participant_restarts
             ),
             &format!(
-                "payment {}, inventory {}",
-                tally.participant_restarts[0], tally.participant_restarts[1]
+                "payment {}, inventory {}{}",
+                tally.participant_restarts[0],
+                tally.participant_restarts[1],
+                if args.third_step.is_some() {
+                    format!(", loyalty {}", tally.participant_restarts[2])
+                } else {
+                    String::new()
+                }
             ),
         );
         let mut lifecycle = tally.event_problems.clone();

@@ -24,6 +24,8 @@ pub enum Role {
     Payment,
     Inventory,
     Orchestrator,
+    /// The third step (`--third-step loyalty`).
+    Loyalty,
 }
 
 impl Role {
@@ -33,6 +35,7 @@ impl Role {
             Role::Payment => "payment-svc",
             Role::Inventory => "inventory-svc",
             Role::Orchestrator => "orchestrator",
+            Role::Loyalty => "loyalty-svc",
         }
     }
 
@@ -41,6 +44,7 @@ impl Role {
             Role::Payment => 1,
             Role::Inventory => 2,
             Role::Orchestrator => 3,
+            Role::Loyalty => 4,
         }
     }
 }

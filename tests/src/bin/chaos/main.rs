@@ -18,6 +18,7 @@
 //! cargo run -p saga-tests --bin chaos -- --sagas 300 --orchestrators 2 --orchestrator-kills 1
 //! cargo run -p saga-tests --bin chaos -- --orchestrators 3 --orchestrator-kills 3 --backend mongo
 //! cargo run -p saga-tests --bin chaos -- --sagas 300 --retention-pass
+//! cargo run -p saga-tests --bin chaos -- --sagas 300 --third-step loyalty
 //! cargo run -p saga-tests --bin chaos -- --audit-only --work-dir /tmp/saga-chaos-…
 //! ```
 //!
@@ -45,6 +46,8 @@
 //! - [`report`]: the figures; [`checks`]: the PASS/FAIL lines.
 //! - [`retention`]: with `--retention-pass`, the stores served again with
 //!   retention in seconds: what finished expires, nothing live is touched.
+//! - [`third_step`]: with `--third-step loyalty`, loyalty-svc (a generic
+//!   step) as the saga's third step, and its store's invariants.
 
 mod args;
 mod audit;
@@ -62,6 +65,7 @@ mod services;
 mod snapshot;
 mod soak;
 mod storage;
+mod third_step;
 
 use args::Args;
 use checks::Checks;
@@ -156,7 +160,11 @@ fn find_binaries(args: &Args) -> Result<PathBuf, String> {
                 .and_then(|p| p.parent().map(Path::to_path_buf))
         })
         .ok_or("chaos: cannot find the directory of this executable; pass --bin-dir")?;
-    let missing: Vec<String> = [Role::Orchestrator, Role::Payment, Role::Inventory]
+    let mut roles = vec![Role::Orchestrator, Role::Payment, Role::Inventory];
+    if args.third_step.is_some() {
+        roles.push(Role::Loyalty);
+    }
+    let missing: Vec<String> = roles
         .iter()
         .map(|r| bin_dir.join(r.binary()))
         .filter(|p| !p.is_file())

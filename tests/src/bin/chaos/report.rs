@@ -40,8 +40,13 @@ fn sagas(outcome: &Outcome) {
         drive.failovers.load(Ordering::Relaxed)
     );
     println!(
-        "  operationHistory:      {} payment rows, {} inventory rows",
-        figures.op_rows.0, figures.op_rows.1
+        "  operationHistory:      {} payment rows, {} inventory rows{}",
+        figures.op_rows.0,
+        figures.op_rows.1,
+        outcome
+            .loyalty_rows
+            .map(|n| format!(", {n} loyalty rows"))
+            .unwrap_or_default()
     );
     println!(
         "  CreateOrder retries:   {}",
@@ -83,7 +88,12 @@ fn faults(outcome: &Outcome) {
         "  injected:              {} transient errors, {} lost replies, {} refusals, {} delayed calls",
         f.transient_errors, f.dropped_replies, f.refusals, f.delayed_calls
     );
-    for (i, name) in ["payment-svc", "inventory-svc"].iter().enumerate() {
+    let third = args_third(outcome);
+    for (i, name) in ["payment-svc", "inventory-svc", "loyalty-svc"]
+        .iter()
+        .enumerate()
+        .take(if third { 3 } else { 2 })
+    {
         let c = tally.faults[i];
         println!(
             "    {name:<14} {} transient, {} lost replies, {} refusals, {} delayed",
@@ -117,9 +127,20 @@ fn faults(outcome: &Outcome) {
         );
     }
     println!(
-        "  participant restarts:  payment-svc {}, inventory-svc {} (SIGKILL, restarted)",
-        tally.participant_restarts[0], tally.participant_restarts[1]
+        "  participant restarts:  payment-svc {}, inventory-svc {}{} (SIGKILL, restarted)",
+        tally.participant_restarts[0],
+        tally.participant_restarts[1],
+        if third {
+            format!(", loyalty-svc {}", tally.participant_restarts[2])
+        } else {
+            String::new()
+        }
     );
+}
+
+/// Whether the run had loyalty-svc as its third step.
+fn args_third(outcome: &Outcome) -> bool {
+    outcome.loyalty_rows.is_some()
 }
 
 /// Saga durations, drive and settle times.

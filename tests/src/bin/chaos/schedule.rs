@@ -35,6 +35,9 @@ pub fn schedule(args: &Args, rng: &mut StdRng) -> Vec<Kill> {
         if i < args.participant_restarts {
             targets.push(Target::Payment);
             targets.push(Target::Inventory);
+            if args.third_step.is_some() {
+                targets.push(Target::Loyalty);
+            }
         }
     }
     let n = targets.len();

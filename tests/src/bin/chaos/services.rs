@@ -1,5 +1,7 @@
-//! The services of a run together — both participants and `--orchestrators`
-//! orchestrator instances on one shared saga store: how each is started
+//! The services of a run together — both participants (and loyalty-svc with
+//! `--third-step loyalty`, whose steps file the orchestrators then run) and
+//! `--orchestrators` orchestrator instances on one shared saga store: how
+//! each is started
 //! (ports, flags, environment), SIGKILLed and restarted, revived when it
 //! dies on its own, and stopped at the end — and the [`Tally`] of all that
 //! for the report and the checks.
@@ -22,6 +24,8 @@ pub const START_LIMIT: Duration = Duration::from_secs(60);
 pub enum Target {
     Payment,
     Inventory,
+    /// loyalty-svc (`--third-step loyalty`).
+    Loyalty,
     /// Orchestrator instance `i` (0-based).
     Orchestrator(usize),
 }
@@ -57,14 +61,15 @@ pub struct Tally {
     /// Across instances.
     pub orchestrator_kills: u32,
     pub orchestrator_kill_log: Vec<OrchestratorKill>,
-    /// payment-svc, inventory-svc.
-    pub participant_restarts: [u32; 2],
+    /// payment-svc, inventory-svc, loyalty-svc.
+    pub participant_restarts: [u32; 3],
     /// Kills that did not go as planned.
     pub event_problems: Vec<String>,
     /// Services that died without our SIGKILL.
     pub unexpected_exits: Vec<String>,
-    /// Injected faults of payment-svc, inventory-svc over all their lives.
-    pub faults: [FaultCounts; 2],
+    /// Injected faults of payment-svc, inventory-svc, loyalty-svc over all
+    /// their lives.
+    pub faults: [FaultCounts; 3],
     pub fault_reads_missed: u32,
     /// Every orchestrator's counters over all its lives (read before each
     /// SIGKILL and at the end).
@@ -74,9 +79,9 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Injected faults of both participants together.
+    /// Injected faults of every participant together.
     pub fn all_faults(&self) -> FaultCounts {
-        self.faults[0].plus(self.faults[1])
+        self.faults[0].plus(self.faults[1]).plus(self.faults[2])
     }
 
     /// Whether a kill already left its in-flight sagas to other instances.
@@ -91,6 +96,8 @@ impl Tally {
 pub struct Services {
     pub payment: Proc,
     pub inventory: Proc,
+    /// The third step's service (`--third-step loyalty`).
+    pub loyalty: Option<Proc>,
     pub orchestrators: Vec<Proc>,
     /// The orchestrators' counters of earlier lives, per instance.
     earlier: Vec<OrchestratorCounters>,
@@ -121,6 +128,14 @@ impl Services {
         fault_env.extend(faults::injection_env(args));
         let addr = || free_addr().map_err(|e| format!("no free port: {e}"));
         let (pay_addr, inv_addr) = (addr()?, addr()?);
+        let loyalty_addr = match args.third_step {
+            Some(_) => Some(addr()?),
+            None => None,
+        };
+        let steps_file = match loyalty_addr {
+            Some(a) => Some(write_steps_file(work, a)?),
+            None => None,
+        };
         let timing = Timing::of(storage);
         let participant = |role: Role, addr: SocketAddr, env| {
             let mut argv = vec!["--listen".to_owned(), addr.to_string()];
@@ -150,6 +165,10 @@ impl Services {
                 &timing,
             );
             argv.extend(storage.args(Role::Orchestrator));
+            if let Some(file) = &steps_file {
+                argv.push("--steps-file".into());
+                argv.push(file.display().to_string());
+            }
             orchestrators.push(
                 Proc::new(
                     Role::Orchestrator,
@@ -167,6 +186,7 @@ impl Services {
         }
         Ok(Services {
             payment: participant(Role::Payment, pay_addr, fault_env.clone()),
+            loyalty: loyalty_addr.map(|a| participant(Role::Loyalty, a, fault_env.clone())),
             inventory: participant(Role::Inventory, inv_addr, fault_env),
             earlier: vec![OrchestratorCounters::default(); orchestrators.len()],
             orchestrators,
@@ -174,18 +194,31 @@ impl Services {
         })
     }
 
-    /// The process a target names.
+    /// The process a target names (a [`Target::Loyalty`] only exists when
+    /// loyalty-svc runs: [`Services::participants`] lists it then).
     pub fn get(&mut self, target: Target) -> &mut Proc {
-        match target {
-            Target::Payment => &mut self.payment,
-            Target::Inventory => &mut self.inventory,
-            Target::Orchestrator(i) => &mut self.orchestrators[i],
+        match (target, &mut self.loyalty) {
+            (Target::Payment, _) => &mut self.payment,
+            (Target::Inventory, _) => &mut self.inventory,
+            (Target::Loyalty, Some(loyalty)) => loyalty,
+            (Target::Loyalty, None) => &mut self.payment,
+            (Target::Orchestrator(i), _) => &mut self.orchestrators[i],
         }
+    }
+
+    /// The participants of the run: payment, inventory (, loyalty).
+    pub fn participants(&self) -> Vec<&Proc> {
+        let mut all = vec![&self.payment, &self.inventory];
+        all.extend(&self.loyalty);
+        all
     }
 
     /// Every process, participants first.
     fn targets(&self) -> Vec<Target> {
         let mut all = vec![Target::Payment, Target::Inventory];
+        if self.loyalty.is_some() {
+            all.push(Target::Loyalty);
+        }
         all.extend((0..self.orchestrators.len()).map(Target::Orchestrator));
         all
     }
@@ -251,6 +284,7 @@ impl Services {
             Ok(()) => {
                 let n = match target {
                     Target::Payment => &mut tally.participant_restarts[0],
+                    Target::Loyalty => &mut tally.participant_restarts[2],
                     _ => &mut tally.participant_restarts[1],
                 };
                 *n += 1;
@@ -357,9 +391,9 @@ impl Services {
         }
     }
 
-    /// Both participants' fault counters over all their lives, into `tally`.
+    /// Every participant's fault counters over all their lives, into `tally`.
     pub async fn read_faults(&self, tally: &mut Tally) {
-        for (i, p) in [&self.payment, &self.inventory].into_iter().enumerate() {
+        for (i, p) in self.participants().into_iter().enumerate() {
             match faults::read(p.addr).await {
                 Some(s) => {
                     let mut now = FaultCounts::default();
@@ -398,6 +432,9 @@ impl Services {
             .map(Target::Orchestrator)
             .collect();
         order.extend([Target::Payment, Target::Inventory]);
+        if self.loyalty.is_some() {
+            order.push(Target::Loyalty);
+        }
         for target in order {
             let p = self.get(target);
             match p.terminate(Duration::from_secs(20)).await {
@@ -412,6 +449,21 @@ impl Services {
         }
         problems
     }
+}
+
+/// The saga the orchestrators run with `--third-step loyalty`: payment,
+/// inventory, then loyalty-svc at `loyalty`; written into `work`, returns
+/// its path.
+fn write_steps_file(work: &Path, loyalty: SocketAddr) -> Result<std::path::PathBuf, String> {
+    let path = work.join("saga-steps.toml");
+    let text = format!(
+        "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n\n\
+         [[steps]]\nname = \"{}\"\naddress = \"http://{loyalty}\"\n\
+         action = \"award_points\"\ncompensation = \"revoke_points\"\n",
+        crate::third_step::STEP
+    );
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// Instance `i`'s name: `orchestrator` alone, `orchestrator-<i+1>` among

@@ -46,6 +46,17 @@ pub struct Snapshot {
     pub balances: Vec<(String, i64)>,
     /// Every products row: (product, available).
     pub stock: Vec<(String, i64)>,
+    /// loyalty-svc's store (`--third-step loyalty`).
+    pub loyalty: Option<LoyaltyStore>,
+}
+
+/// loyalty-svc's store: its operationHistory and its points.
+#[derive(Debug, Default)]
+pub struct LoyaltyStore {
+    /// Every operationHistory row.
+    pub ops: Vec<Op>,
+    /// Every loyalty_points row: (customer, points).
+    pub points: Vec<(String, i64)>,
 }
 
 fn open(path: &Path) -> Result<Connection, String> {
@@ -131,6 +142,31 @@ pub fn read_sqlite(payment: &Path, inventory: &Path, sagas: &Path) -> Result<Sna
         snap.sagas.push(saga);
     }
     Ok(snap)
+}
+
+/// Reads loyalty-svc's embedded store in its data dir `dir`.
+pub fn read_loyalty_sqlite(dir: &Path) -> Result<LoyaltyStore, String> {
+    let conn = open(&dir.join("loyalty.db"))?;
+    let ops = ops_sqlite(&conn).map_err(|e| format!("loyalty operation_history: {e}"))?;
+    let table = loyalty_svc::rules::POINTS;
+    let sql = format!("SELECT {}, {} FROM {}", table.key, table.value, table.table);
+    let points = pairs(&conn, &sql).map_err(|e| format!("loyalty {}: {e}", table.table))?;
+    Ok(LoyaltyStore { ops, points })
+}
+
+/// Reads loyalty-svc's MongoDB database `db`.
+pub async fn read_loyalty_mongo(uri: &str, db: &str) -> Result<LoyaltyStore, String> {
+    let client = mongodb::Client::with_uri_str(uri)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let db = client.database(db);
+    let ops = ops_mongo(&db).await?;
+    let table = loyalty_svc::rules::POINTS;
+    let mut points = Vec::new();
+    for d in all(&db, table.table).await? {
+        points.push((text(&d, "_id")?, int(&d, table.value)?));
+    }
+    Ok(LoyaltyStore { ops, points })
 }
 
 fn int(d: &Document, f: &str) -> Result<i64, String> {

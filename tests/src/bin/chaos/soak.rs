@@ -46,6 +46,8 @@ pub struct Outcome {
     pub findings: Vec<Finding>,
     pub figures: Figures,
     pub lease_ttl_ms: u64,
+    /// loyalty-svc's operationHistory rows (`--third-step loyalty`).
+    pub loyalty_rows: Option<usize>,
 }
 
 impl Outcome {
@@ -78,7 +80,7 @@ pub async fn run(
     std::fs::create_dir_all(work.join("logs")).map_err(|e| format!("{}: {e}", work.display()))?;
     let run_tag = format!("{seed}_{}", std::process::id());
     introduce(args, seed, bin_dir, work);
-    let storage = Storage::open(args.backend, work, &run_tag).await?;
+    let storage = Storage::open(args.backend, work, &run_tag, args.third_step.is_some()).await?;
     let mut svc = Services::new(args, bin_dir, work, &storage, seed)?;
     svc.start().await?;
     let plan = Plan::new(args.contention_orders);
@@ -129,6 +131,7 @@ pub async fn run(
         findings,
         figures,
         lease_ttl_ms: svc.timing.lease_ttl_ms,
+        loyalty_rows: snapshot.loyalty.as_ref().map(|l| l.ops.len()),
     };
     report::print(args, &outcome);
     checks.judge(args, &outcome);
@@ -230,6 +233,11 @@ fn introduce(args: &Args, seed: u64, bin_dir: &Path, work: &Path) {
             args.orchestrators
         );
     }
+    if args.third_step.is_some() {
+        println!(
+            "chaos: third step loyalty-svc (participant.v1.SagaStepService): the orchestrators run payment, inventory, loyalty from a steps file"
+        );
+    }
     println!(
         "chaos: faults transient {} drop-reply {} refusal {} latency 0..={} ms; settle {} s",
         args.transient_rate,
@@ -286,7 +294,7 @@ async fn contend(
     svc: &Services,
     orders: &mut Orders,
 ) -> Result<contention::Phase, String> {
-    for p in [&svc.payment, &svc.inventory] {
+    for p in svc.participants() {
         if !faults::without_refusals(p.addr, args, seed).await {
             return Err(format!("SetFaults (no refusals) on {} failed", p.name()));
         }
@@ -326,7 +334,7 @@ async fn settle(
     svc: &mut Services,
     tally: &mut Tally,
 ) -> Result<(Vec<pb::Saga>, f64), String> {
-    for p in [&svc.payment, &svc.inventory] {
+    for p in svc.participants() {
         if !faults::turn_off(p.addr, seed).await {
             return Err(format!("SetFaults (off) on {} failed", p.name()));
         }

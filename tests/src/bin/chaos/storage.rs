@@ -1,5 +1,5 @@
 //! Where the services keep their state for one run: SQLite files under the
-//! work dir, or three fresh MongoDB databases — on `MONGODB_URI` when set,
+//! work dir, or three (four with `--third-step`) fresh MongoDB databases — on `MONGODB_URI` when set,
 //! else on a MongoDB test server this run starts
 //! ([`saga_tests::mongo_server`]) and stops when the storage is dropped.
 //! It gives each service its storage flags and reads the stores back for
@@ -28,6 +28,9 @@ pub enum Stores {
         payment: PathBuf,
         inventory: PathBuf,
         orchestrator: PathBuf,
+        /// loyalty-svc's data dir (`--third-step loyalty`).
+        #[serde(default)]
+        loyalty: Option<PathBuf>,
     },
     Mongo {
         uri: String,
@@ -38,20 +41,30 @@ pub enum Stores {
         payment: String,
         inventory: String,
         orchestrator: String,
+        /// loyalty-svc's database (`--third-step loyalty`).
+        #[serde(default)]
+        loyalty: Option<String>,
     },
 }
 
 impl Storage {
     /// The storage of a run: data dirs under `work`, or databases named
     /// after `run_tag` (starting the MongoDB test server, logging to
-    /// `work/logs/`, unless `MONGODB_URI` is set).
-    pub async fn open(backend: Backend, work: &Path, run_tag: &str) -> Result<Storage, String> {
+    /// `work/logs/`, unless `MONGODB_URI` is set); loyalty-svc's too when
+    /// `loyalty`.
+    pub async fn open(
+        backend: Backend,
+        work: &Path,
+        run_tag: &str,
+        loyalty: bool,
+    ) -> Result<Storage, String> {
         if backend == Backend::Embedded {
             let dir = |n: &str| work.join("data").join(n);
             let stores = Stores::Embedded {
                 payment: dir("payment"),
                 inventory: dir("inventory"),
                 orchestrator: dir("orchestrator"),
+                loyalty: loyalty.then(|| dir("loyalty")),
             };
             return Ok(Storage {
                 stores,
@@ -75,6 +88,7 @@ impl Storage {
             payment: format!("chaos_{run_tag}_payment"),
             inventory: format!("chaos_{run_tag}_inventory"),
             orchestrator: format!("chaos_{run_tag}_orchestrator"),
+            loyalty: loyalty.then(|| format!("chaos_{run_tag}_loyalty")),
         };
         Ok(Storage {
             stores,
@@ -90,13 +104,16 @@ impl Storage {
     pub async fn reopen(stores: Stores, work: &Path) -> Result<Storage, String> {
         let (stores, server) = match stores {
             // The work dir may have been moved or copied: its own data.
-            Stores::Embedded { .. } => return Storage::open(Backend::Embedded, work, "").await,
+            Stores::Embedded { loyalty, .. } => {
+                return Storage::open(Backend::Embedded, work, "", loyalty.is_some()).await;
+            }
             Stores::Mongo {
                 server_storage: Some(_),
                 label,
                 payment,
                 inventory,
                 orchestrator,
+                loyalty,
                 ..
             } => {
                 let path = work.join("mongo-data");
@@ -108,6 +125,7 @@ impl Storage {
                     payment,
                     inventory,
                     orchestrator,
+                    loyalty,
                 };
                 (stores, Some(server))
             }
@@ -164,8 +182,9 @@ impl Storage {
                 payment,
                 inventory,
                 orchestrator,
+                loyalty,
             } => {
-                let dir = pick(role, payment, inventory, orchestrator);
+                let dir = pick(role, payment, inventory, orchestrator, loyalty.as_ref());
                 vec!["--data-dir".into(), dir.display().to_string()]
             }
             Stores::Mongo {
@@ -173,12 +192,13 @@ impl Storage {
                 payment,
                 inventory,
                 orchestrator,
+                loyalty,
                 ..
             } => vec![
                 "--mongodb-uri".into(),
                 uri.clone(),
                 "--mongodb-database".into(),
-                pick(role, payment, inventory, orchestrator).clone(),
+                pick(role, payment, inventory, orchestrator, loyalty.as_ref()).clone(),
             ],
         }
     }
@@ -190,14 +210,28 @@ impl Storage {
                 payment,
                 inventory,
                 orchestrator,
-            } => snapshot::read_sqlite(payment, inventory, orchestrator),
+                loyalty,
+            } => {
+                let mut snap = snapshot::read_sqlite(payment, inventory, orchestrator)?;
+                if let Some(dir) = loyalty {
+                    snap.loyalty = Some(snapshot::read_loyalty_sqlite(dir)?);
+                }
+                Ok(snap)
+            }
             Stores::Mongo {
                 uri,
                 payment,
                 inventory,
                 orchestrator,
+                loyalty,
                 ..
-            } => snapshot::read_mongo(uri, payment, inventory, orchestrator).await,
+            } => {
+                let mut snap = snapshot::read_mongo(uri, payment, inventory, orchestrator).await?;
+                if let Some(db) = loyalty {
+                    snap.loyalty = Some(snapshot::read_loyalty_mongo(uri, db).await?);
+                }
+                Ok(snap)
+            }
         }
     }
 
@@ -209,23 +243,29 @@ impl Storage {
             payment,
             inventory,
             orchestrator,
+            loyalty,
             ..
         } = &self.stores
             && let Ok(client) = mongodb::Client::with_uri_str(uri).await
         {
-            for db in [payment, inventory, orchestrator] {
+            for db in [payment, inventory, orchestrator]
+                .into_iter()
+                .chain(loyalty)
+            {
                 let _ = client.database(db).drop().await;
             }
         }
     }
 }
 
-/// `role`'s one of three.
-fn pick<T>(role: Role, payment: T, inventory: T, orchestrator: T) -> T {
+/// `role`'s one of the stores (loyalty-svc's only exists with
+/// `--third-step`, which is what starts a loyalty-svc at all).
+fn pick<T>(role: Role, payment: T, inventory: T, orchestrator: T, loyalty: Option<T>) -> T {
     match role {
         Role::Payment => payment,
         Role::Inventory => inventory,
         Role::Orchestrator => orchestrator,
+        Role::Loyalty => loyalty.expect("loyalty-svc runs only with its store (--third-step)"),
     }
 }
 

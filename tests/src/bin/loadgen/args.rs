@@ -41,7 +41,8 @@ impl DurabilityArg {
 /// The command line.
 pub struct Args {
     /// Orchestrator of a running stack (e.g. http://127.0.0.1:50051);
-    /// needs --payment and --inventory too. Without it the stack is spawned.
+    /// needs --payment and --inventory too (and --loyalty with --steps 3).
+    /// Without it the stack is spawned.
     #[arg(long, requires_all = ["payment", "inventory"], conflicts_with = "spawn")]
     pub orchestrator: Option<String>,
     /// payment-svc of the running stack (seeding, floor, audit).
@@ -50,6 +51,16 @@ pub struct Args {
     /// inventory-svc of the running stack (seeding, floor, audit).
     #[arg(long, requires = "orchestrator")]
     pub inventory: Option<String>,
+    /// loyalty-svc of the running stack (`--steps 3`: its ListOperations
+    /// for the audit), the third step of the orchestrator's steps file.
+    #[arg(long, requires = "orchestrator")]
+    pub loyalty: Option<String>,
+    /// Steps of the saga: 2 (payment, inventory: the default) or 3 (then
+    /// loyalty-svc's points, a generic `participant.v1.SagaStepService`
+    /// step; a spawned stack starts loyalty-svc beside the participants,
+    /// on the same backend, and the orchestrator with a steps file).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    pub steps: u8,
     /// Start orchestrator, payment-svc and inventory-svc (the binaries next
     /// to this one) on free 127.0.0.1 ports with fresh data. The default.
     #[arg(long)]
@@ -137,7 +148,8 @@ pub struct Args {
     #[arg(long, default_value_t = 20_000)]
     pub call_timeout_ms: u64,
     /// Processes of a running stack to report memory and CPU of:
-    /// `name=pid,...`, or bare pids (orchestrator, payment-svc, inventory-svc).
+    /// `name=pid,...`, or bare pids (orchestrator, payment-svc, inventory-svc,
+    /// loyalty-svc).
     #[arg(long, value_delimiter = ',')]
     pub pids: Vec<String>,
     /// How often the spawned services refresh their `store_size_bytes`

@@ -19,6 +19,7 @@
 //! ./target/release/loadgen --smoke                       # CI: fails on errors/stuck sagas, never on timings
 //! ./target/release/loadgen --concurrency 64 --duration 10
 //! ./target/release/loadgen --single                      # sequential single-saga latency
+//! ./target/release/loadgen --steps 3                     # a third, generic step: loyalty-svc
 //! ./target/release/loadgen --backend mongo --smoke
 //! ./target/release/loadgen --durability power-loss --duration 5
 //! ./target/release/loadgen --concurrency 1,4,16,64,256 --plot docs/sweep.svg  # sweep
@@ -31,12 +32,14 @@
 //!
 //! Module map:
 //! - [`args`]: the flags; [`plan`]: the run with every default resolved.
-//! - [`stack`]: the spawned stack (the three services, and the MongoDB test
-//!   server when `--backend mongo` has no `MONGODB_URI`).
+//! - [`stack`]: the spawned stack (the three services, loyalty-svc with
+//!   `--steps 3`, and the MongoDB test server when `--backend mongo` has no
+//!   `MONGODB_URI`).
 //! - [`catalog`]: the names and amounts a run uses and its outcome mix.
 //! - [`workload`]: clients, seeding, and the phases' workers; [`tally`]:
 //!   what one phase counted.
-//! - [`check`]: the store check and the money/stock audit afterwards.
+//! - [`check`]: the store check and the money/stock audit afterwards;
+//!   [`loyalty`]: with `--steps 3`, loyalty-svc's points per saga.
 //! - [`procs`]: memory and CPU of the watched processes.
 //! - [`run`]: the stages in order; [`report`]: the verdict, the report and
 //!   the JSON line (CPU µs per saga per process; store bytes per saga per
@@ -47,6 +50,7 @@
 mod args;
 mod catalog;
 mod check;
+mod loyalty;
 mod plan;
 mod procs;
 mod report;

@@ -9,9 +9,14 @@ pub struct Watched {
 }
 
 /// Parses `--pids`: `name=pid` pairs, or bare pids taken as orchestrator,
-/// payment-svc, inventory-svc in that order.
+/// payment-svc, inventory-svc, loyalty-svc in that order.
 pub fn parse_pids(items: &[String]) -> Result<Vec<Watched>, String> {
-    const NAMES: [&str; 3] = ["orchestrator", "payment-svc", "inventory-svc"];
+    const NAMES: [&str; 4] = [
+        "orchestrator",
+        "payment-svc",
+        "inventory-svc",
+        "loyalty-svc",
+    ];
     items
         .iter()
         .enumerate()

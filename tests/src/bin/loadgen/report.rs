@@ -4,7 +4,7 @@
 
 use crate::plan::{Amount, Mode, Plan};
 use crate::run::Outcome;
-use crate::stack::BINARIES;
+use crate::stack::{self, BINARIES, LOYALTY};
 use crate::tally::Tally;
 
 /// Why the run fails (empty: it passed). Never about timings.
@@ -58,6 +58,11 @@ pub fn failures(plan: &Plan, out: &Outcome) -> Vec<String> {
     {
         why.push(format!("audit: {}", a.detail));
     }
+    if let Some(a) = &out.loyalty_audit
+        && !a.ok
+    {
+        why.push(format!("loyalty audit: {}", a.detail));
+    }
     why
 }
 
@@ -78,7 +83,7 @@ pub fn print(plan: &Plan, out: &Outcome, why: &[String]) {
     outcomes(plan, out);
     store_and_audit(out);
     resources(out);
-    store_size(out);
+    store_size(plan, out);
     mongo_commands(out);
     crate::sweep::print(out);
     crate::sweep::write(plan, out);
@@ -105,6 +110,12 @@ fn header(plan: &Plan, out: &Outcome) {
         plan.mix.compensate * 100.0,
         plan.run
     );
+    if plan.steps == 3 {
+        println!(
+            "steps: 3 — payment, inventory, then loyalty-svc (participant.v1.SagaStepService, {} point(s) per order)",
+            loyalty_svc::rules::points(plan.items as i64 * 100)
+        );
+    }
     if let Some(s) = out.seed_secs {
         println!(
             "seeded {} customers, {} products (+ refusal fixtures) in {s:.2} s",
@@ -220,6 +231,13 @@ fn store_and_audit(out: &Outcome) {
         (None, Some(why)) => println!("audit: skipped ({why})"),
         _ => {}
     }
+    if let Some(a) = &out.loyalty_audit {
+        println!(
+            "loyalty audit: {} — {}",
+            if a.ok { "ok" } else { "MISMATCH" },
+            a.detail
+        );
+    }
 }
 
 /// Memory and CPU of every watched process.
@@ -280,7 +298,7 @@ fn resources(out: &Outcome) {
 /// service without it (gauge missing or not measured), `-` for a process
 /// without a store of its own (loadgen, the MongoDB test server).
 fn store_cell(out: &Outcome, name: &str, sagas: u64) -> String {
-    if !BINARIES.contains(&name) {
+    if !BINARIES.contains(&name) && name != LOYALTY {
         return "-".to_owned();
     }
     store_per_saga(out, name, sagas).map_or("n/a".to_owned(), |v| format!("{v:.1}"))
@@ -291,9 +309,15 @@ fn store_per_saga(out: &Outcome, service: &str, sagas: u64) -> Option<f64> {
     out.store_size.as_ref()?.per_saga(service, sagas)
 }
 
+/// The services whose stores a run measures: loyalty-svc's too with
+/// `--steps 3`.
+fn measured_services(plan: &Plan) -> Vec<&'static str> {
+    stack::services(plan.steps == 3)
+}
+
 /// Each service's `store_size_bytes` before and after the measured saga
 /// phase, and the growth per saga.
-fn store_size(out: &Outcome) {
+fn store_size(plan: &Plan, out: &Outcome) {
     let sagas = out.saga.as_ref().map_or(0, |t| t.ok);
     let Some(s) = &out.store_size else {
         if out.saga.is_some() && out.sweep.is_empty() {
@@ -303,7 +327,7 @@ fn store_size(out: &Outcome) {
     };
     let bytes = |v: Option<&f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.0}"));
     let after = s.after.as_ref();
-    let parts: Vec<String> = BINARIES
+    let parts: Vec<String> = measured_services(plan)
         .iter()
         .map(|name| {
             let (b, a) = (
@@ -341,12 +365,12 @@ fn store_size(out: &Outcome) {
 
 /// Store bytes per saga as JSON: per service (null without the gauge),
 /// `total` (null unless every service has it), and how the gauges were read.
-fn store_json(out: &Outcome) -> serde_json::Value {
+fn store_json(plan: &Plan, out: &Outcome) -> serde_json::Value {
     let Some(s) = &out.store_size else {
         return serde_json::Value::Null;
     };
     let sagas = out.saga.as_ref().map_or(0, |t| t.ok);
-    let per: Vec<(&str, Option<f64>)> = BINARIES
+    let per: Vec<(&str, Option<f64>)> = measured_services(plan)
         .iter()
         .map(|name| (*name, s.per_saga(name, sagas)))
         .collect();
@@ -438,6 +462,7 @@ fn r3(v: f64) -> f64 {
 fn json(plan: &Plan, out: &Outcome, why: &[String]) -> serde_json::Value {
     serde_json::json!({
         "mode": plan.mode.as_str(),
+        "steps": plan.steps,
         "store": out.store,
         "backend": plan.spawn.as_ref().map(|c| if c.mongo { "mongo" } else { "embedded" }).unwrap_or("external"),
         "durability": plan.spawn.as_ref().map(|c| c.durability),
@@ -461,6 +486,7 @@ fn json(plan: &Plan, out: &Outcome, why: &[String]) -> serde_json::Value {
             (None, Some(_)) => "skipped",
             _ => "not run",
         },
+        "loyalty_audit": out.loyalty_audit.as_ref().map(|a| if a.ok { "ok" } else { "mismatch" }),
         "processes": out.procs.iter().map(|p| serde_json::json!({
             "name": p.name,
             "pid": p.pid,
@@ -478,7 +504,7 @@ fn json(plan: &Plan, out: &Outcome, why: &[String]) -> serde_json::Value {
             (Some(d), Some(t)) if t.ok > 0 => Some(mongo_json(d, t.ok)),
             _ => None,
         },
-        "store_bytes_per_saga": store_json(out),
+        "store_bytes_per_saga": store_json(plan, out),
         "sweep": (!out.sweep.is_empty()).then(|| crate::sweep::json(out)),
         "passed": why.is_empty(),
         "failures": why,

@@ -6,6 +6,7 @@
 
 use crate::catalog::Catalog;
 use crate::check::{self, Audit};
+use crate::loyalty::{self, LoyaltyAudit};
 use crate::plan::{Amount, Plan, Urls};
 use crate::procs::{self, Watched};
 use crate::report;
@@ -64,6 +65,8 @@ pub struct Outcome {
     pub unfinished: Option<(u64, Vec<String>)>,
     pub audit: Option<Audit>,
     pub audit_skipped: Option<String>,
+    /// `--steps 3`: loyalty-svc's points checked against the sagas.
+    pub loyalty_audit: Option<LoyaltyAudit>,
     pub procs: Vec<ProcReport>,
     /// MongoDB commands sent during the measured saga phase, per service
     /// and command (MongoDB backend only).
@@ -84,11 +87,12 @@ pub struct Outcome {
 /// memory; a spawned stack is stopped when this returns (or is dropped).
 pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
     let mut stack = start_stack(plan, out).await?;
-    let (urls, mut watched, metrics) = match (&stack, &plan.addrs) {
-        (Some(s), _) => (s.urls(), s.watched(), s.metrics.clone()),
+    let (urls, mut watched, metrics, loyalty) = match (&stack, &plan.addrs) {
+        (Some(s), _) => (s.urls(), s.watched(), s.metrics.clone(), s.loyalty.clone()),
         (None, Some(addrs)) => {
             out.store = format!("running stack at {}", addrs.0);
-            (addrs.clone(), plan.pids.clone(), Vec::new())
+            let loyalty = plan.loyalty.clone();
+            (addrs.clone(), plan.pids.clone(), Vec::new(), loyalty)
         }
         (None, None) => return Err("no stack to drive".into()),
     };
@@ -104,7 +108,11 @@ pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
         },
         gauges: plan.store_size.map(|interval| (metrics.clone(), interval)),
     };
-    let result = measure(plan, out, &watched, &endpoints, &urls).await;
+    let targets = Targets {
+        urls: &urls,
+        loyalty: loyalty.as_deref(),
+    };
+    let result = measure(plan, out, &watched, &endpoints, &targets).await;
     out.procs = watched
         .iter()
         .enumerate()
@@ -132,13 +140,22 @@ struct Endpoints {
     gauges: Option<(Vec<SocketAddr>, Duration)>,
 }
 
+/// The services a run calls.
+struct Targets<'a> {
+    /// orchestrator, payment-svc, inventory-svc.
+    urls: &'a Urls,
+    /// loyalty-svc (`--steps 3`), for its audit.
+    loyalty: Option<&'a str>,
+}
+
 /// The spawned stack, or none when driving a running one.
 async fn start_stack(plan: &Plan, out: &mut Outcome) -> Result<Option<Stack>, String> {
     let Some(config) = &plan.spawn else {
         return Ok(None);
     };
     eprintln!(
-        "loadgen: starting orchestrator, payment-svc, inventory-svc from {} ({}, durability {})",
+        "loadgen: starting orchestrator, payment-svc, inventory-svc{} from {} ({}, durability {})",
+        if config.loyalty { ", loyalty-svc" } else { "" },
         config.bin_dir.display(),
         if config.mongo { "mongo" } else { "embedded" },
         config.durability
@@ -179,8 +196,9 @@ async fn measure(
     out: &mut Outcome,
     watched: &[Watched],
     endpoints: &Endpoints,
-    urls: &Urls,
+    targets: &Targets<'_>,
 ) -> Result<(), String> {
+    let urls = targets.urls;
     let (orchestrator, payment, inventory) = urls;
     out.procs = watched
         .iter()
@@ -217,7 +235,7 @@ async fn measure(
         sweep::run(plan, out, &ctx).await?;
         out.stage = "the store check";
         out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
-        return audit(out, &clients, &cat).await;
+        return audit(out, &clients, &cat, targets.loyalty).await;
     }
     let saga_ok = saga_phase(plan, out, &clients, &cat, watched, endpoints).await;
     out.stage = "the store check";
@@ -225,7 +243,7 @@ async fn measure(
     if plan.floor && saga_ok > 0 {
         floor_phase(plan, out, &clients, &cat, watched).await;
     }
-    audit(out, &clients, &cat).await
+    audit(out, &clients, &cat, targets.loyalty).await
 }
 
 async fn seed(
@@ -332,8 +350,14 @@ async fn floor_phase(
     out.floor = Some(floor);
 }
 
-/// The money/stock audit, when every call's outcome is known.
-async fn audit(out: &mut Outcome, clients: &Clients, cat: &Catalog) -> Result<(), String> {
+/// The money/stock audit, and with loyalty-svc at `loyalty` its points,
+/// when every call's outcome is known.
+async fn audit(
+    out: &mut Outcome,
+    clients: &Clients,
+    cat: &Catalog,
+    loyalty: Option<&str>,
+) -> Result<(), String> {
     let tallies = [&out.warmup, &out.saga, &out.floor_warmup, &out.floor];
     let levels = out.sweep.iter().flat_map(|p| p.tallies());
     let unknown: u64 = tallies
@@ -360,6 +384,11 @@ async fn audit(out: &mut Outcome, clients: &Clients, cat: &Catalog) -> Result<()
         .sum();
     out.stage = "the audit";
     out.audit = Some(check::audit(clients, cat, completed + pairs).await?);
+    if let Some(url) = loyalty {
+        out.stage = "the loyalty audit";
+        let points = loyalty_svc::rules::points(cat.order_total());
+        out.loyalty_audit = Some(loyalty::audit(clients, url, &cat.run, points, completed).await?);
+    }
     Ok(())
 }
 

@@ -2,6 +2,10 @@
 //! binaries (found next to the loadgen executable) as child processes on free
 //! 127.0.0.1 ports, with their data in a fresh temp dir or in fresh MongoDB
 //! databases (on `MONGODB_URI`, else on a MongoDB test server it starts).
+//! With `--steps 3` also `loyalty-svc`, on the same backend, and the
+//! orchestrator runs the steps file written beside the data (payment,
+//! inventory, loyalty), so the third step costs what a configured generic
+//! step costs in production.
 //! Dropping the [`Stack`] stops every child, the services first.
 
 use crate::plan::Urls;
@@ -20,6 +24,23 @@ use tonic_health::pb::health_client::HealthClient;
 
 /// The service binaries, in report order.
 pub const BINARIES: [&str; 3] = ["orchestrator", "payment-svc", "inventory-svc"];
+
+/// The third step's service (`--steps 3`), reported after [`BINARIES`].
+pub const LOYALTY: &str = "loyalty-svc";
+
+/// The step name loyalty-svc serves in the steps file (part of each
+/// request id it is sent: `<saga_id>:loyalty`).
+pub const LOYALTY_STEP: &str = "loyalty";
+
+/// The services of a stack with (`loyalty`) or without loyalty-svc, in
+/// report order.
+pub fn services(loyalty: bool) -> Vec<&'static str> {
+    let mut all = BINARIES.to_vec();
+    if loyalty {
+        all.push(LOYALTY);
+    }
+    all
+}
 
 /// How long a service gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -45,6 +66,8 @@ pub struct SpawnConfig {
     /// (PURGE_INTERVAL), the period of their `store_size_bytes` gauge, and
     /// metrics are served on every backend.
     pub purge_interval: Option<Duration>,
+    /// `--steps 3`: loyalty-svc too, and the orchestrator on a steps file.
+    pub loyalty: bool,
 }
 
 /// One service process.
@@ -59,7 +82,9 @@ pub struct Stack {
     pub orchestrator: String,
     pub payment: String,
     pub inventory: String,
-    /// orchestrator, payment-svc, inventory-svc.
+    /// loyalty-svc's URL (`--steps 3`).
+    pub loyalty: Option<String>,
+    /// orchestrator, payment-svc, inventory-svc (, loyalty-svc).
     pub procs: Vec<Proc>,
     /// The MongoDB test server, if the stack started one; stopped after the
     /// services (it is dropped after [`Stack::drop`] ran).
@@ -88,9 +113,10 @@ pub fn default_bin_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Checks that the three service binaries exist in `dir`.
-pub fn check_binaries(dir: &Path) -> Result<(), String> {
-    let missing: Vec<String> = BINARIES
+/// Checks that the service binaries (with loyalty-svc when `loyalty`)
+/// exist in `dir`.
+pub fn check_binaries(dir: &Path, loyalty: bool) -> Result<(), String> {
+    let missing: Vec<String> = services(loyalty)
         .iter()
         .map(|b| dir.join(b))
         .filter(|p| !p.is_file())
@@ -160,7 +186,7 @@ impl Stack {
     /// Starts the stack and waits until every service answers its gRPC
     /// health check (at most `ready_within`).
     pub async fn start(config: &SpawnConfig, ready_within: Duration) -> Result<Stack, String> {
-        check_binaries(&config.bin_dir)?;
+        check_binaries(&config.bin_dir, config.loyalty)?;
         let mut builder = tempfile::Builder::new();
         builder.prefix("loadgen-");
         let dir = match &config.tmp_parent {
@@ -170,13 +196,14 @@ impl Stack {
         .map_err(|e| format!("creating a temp dir: {e}"))?;
         let dir_path = dir.path().to_path_buf();
         // gRPC ports of orchestrator, payment-svc, inventory-svc, then their
-        // metrics ports.
-        let ports = free_ports(6)?;
+        // metrics ports; then loyalty-svc's gRPC and metrics ports.
+        let ports = free_ports(if config.loyalty { 8 } else { 6 })?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let mut stack = Stack {
             orchestrator: url(ports[0]),
             payment: url(ports[1]),
             inventory: url(ports[2]),
+            loyalty: config.loyalty.then(|| url(ports[6])),
             procs: Vec::new(),
             mongo: None,
             store_label: "embedded (SQLite)".to_owned(),
@@ -200,6 +227,9 @@ impl Stack {
             "inventory-svc",
             service("inventory-svc", ports[2], ports[5])?,
         )?;
+        if config.loyalty {
+            stack.spawn(LOYALTY, service(LOYALTY, ports[6], ports[7])?)?;
+        }
         stack.wait_ready("payment-svc", deadline).await?;
         stack.wait_ready("inventory-svc", deadline).await?;
         let mut orchestrator = service("orchestrator", ports[0], ports[3])?;
@@ -208,19 +238,42 @@ impl Stack {
             .arg(&stack.payment)
             .arg("--inventory-addr")
             .arg(&stack.inventory);
+        if let Some(loyalty) = stack.loyalty.clone() {
+            stack.wait_ready(LOYALTY, deadline).await?;
+            let steps = stack.write_steps_file(&loyalty)?;
+            orchestrator.arg("--steps-file").arg(steps);
+        }
         stack.spawn("orchestrator", orchestrator)?;
         stack.wait_ready("orchestrator", deadline).await?;
         if serves_metrics(config) {
-            stack.metrics = ports[3..6]
+            let mut metrics: Vec<u16> = ports[3..6].to_vec();
+            if config.loyalty {
+                metrics.push(ports[7]);
+            }
+            stack.metrics = metrics
                 .iter()
                 .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
                 .collect();
         }
-        // Report order: orchestrator, payment-svc, inventory-svc.
+        // Report order: orchestrator, payment-svc, inventory-svc, loyalty-svc.
+        let order = services(true);
         stack
             .procs
-            .sort_by_key(|p| BINARIES.iter().position(|b| *b == p.name));
+            .sort_by_key(|p| order.iter().position(|b| *b == p.name));
         Ok(stack)
+    }
+
+    /// Writes the 3-step saga (payment, inventory, then loyalty-svc at
+    /// `loyalty`) as a steps file in the data dir; returns its path.
+    fn write_steps_file(&self, loyalty: &str) -> Result<PathBuf, String> {
+        let path = self.dir_path.join("saga-steps.toml");
+        let text = format!(
+            "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n\n\
+             [[steps]]\nname = \"{LOYALTY_STEP}\"\naddress = \"{loyalty}\"\n\
+             action = \"award_points\"\ncompensation = \"revoke_points\"\n"
+        );
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(path)
     }
 
     /// The MongoDB URI: MONGODB_URI when set, else the test server's, which
@@ -258,6 +311,7 @@ impl Stack {
         let url = match name {
             "orchestrator" => self.orchestrator.clone(),
             "payment-svc" => self.payment.clone(),
+            LOYALTY => self.loyalty.clone().unwrap_or_default(),
             _ => self.inventory.clone(),
         };
         let endpoint = Endpoint::from_shared(url.clone())
@@ -430,6 +484,8 @@ fn service_command(
             || key.ends_with("_LISTEN")
             || key.ends_with("_ADDR")
             || key.ends_with("_DATA_DIR")
+            || key == "SAGA_STEPS_FILE"
+            || key == loyalty_svc::rules::BLOCKED_ENV
         {
             cmd.env_remove(key);
         }
