@@ -172,29 +172,39 @@ pub fn compensation_order(saga: &saga::Saga) -> Vec<&str> {
         .collect()
 }
 
+/// What a health check of `service` (`""`: the whole server, `"liveness"`,
+/// or a service name) at `addr` answers, on a new connection as a probe
+/// makes; `Err` when nothing answers.
+pub async fn health(
+    addr: SocketAddr,
+    service: &str,
+) -> Result<tonic_health::pb::health_check_response::ServingStatus, String> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .map(|reply| reply.into_inner().status())
+        .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
+}
+
 /// Waits (`within` at most) until the service at `addr` is ready: its
 /// gRPC health for the whole server (`""`) says SERVING, which a service
 /// started as a process says only once its store is open — before that
 /// it answers calls UNAVAILABLE.
 pub async fn wait_ready(addr: SocketAddr, within: Duration) {
-    use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_health::pb::health_client::HealthClient;
     let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .expect("endpoint")
-            .connect_timeout(Duration::from_secs(1));
-        if let Ok(channel) = endpoint.connect().await {
-            let answer = HealthClient::new(channel)
-                .check(HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await;
-            if answer.is_ok_and(|a| a.into_inner().status() == ServingStatus::Serving) {
-                return;
-            }
-        }
+    while health(addr, "").await != Ok(ServingStatus::Serving) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{addr} was not ready within {within:?}"

@@ -37,9 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
 /// How long a service has to start, a saga to end, a process to stop.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -93,7 +91,7 @@ impl Service {
     async fn until_ready(&self) {
         let started = Instant::now();
         loop {
-            if health(self.addr).await == Some(ServingStatus::Serving) {
+            if saga_tests::health(self.addr, "").await == Ok(ServingStatus::Serving) {
                 return;
             }
             assert!(
@@ -144,25 +142,6 @@ impl Drop for Service {
 fn free_addr() -> SocketAddr {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     probe.local_addr().expect("addr")
-}
-
-/// The readiness a health check at `addr` answers; `None` when nothing
-/// answers yet.
-async fn health(addr: SocketAddr) -> Option<ServingStatus> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .ok()?
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .ok()?;
-    HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .ok()
-        .map(|reply| reply.into_inner().status())
 }
 
 /// A participant binary (`--data-dir` under `dir`, no metrics) exporting

@@ -23,6 +23,7 @@
 
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use saga_tests::health;
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
 use saga_tests::process::{self, spawn_tied};
 use std::net::SocketAddr;
@@ -33,10 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::HealthCheckRequest;
+use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
 /// Pause between two polls of a condition.
 const POLL: Duration = Duration::from_millis(10);
@@ -122,25 +121,6 @@ impl Drop for Service {
 fn free_addr() -> SocketAddr {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     probe.local_addr().expect("addr")
-}
-
-/// What a health check of `service` at `addr` answers, on a new connection
-/// as a probe makes; `Err` when nothing answers.
-async fn health(addr: SocketAddr, service: &str) -> Result<ServingStatus, String> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
-    HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: service.into(),
-        })
-        .await
-        .map(|reply| reply.into_inner().status())
-        .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
 }
 
 /// Polls `service`'s health at `addr` until it answers `want` (at most
