@@ -18,7 +18,7 @@
 //! the load has stayed low for [`WAL_TRUNCATE_AFTER_LOW_LOAD`] (the WAL's
 //! content — not its file — small all that time).
 //!
-//! Every checkpoint is timed (`embedded_store_checkpoint_seconds{db}`) and
+//! Every checkpoint is timed (`embedded_store_checkpoint_duration_seconds{db}`) and
 //! a slow one logged (see [`crate::slow_log`]): a checkpoint's syncs are
 //! where the disk's stalls show first, before they reach a commit.
 
@@ -186,7 +186,8 @@ impl Checkpointer {
             }) {
             Ok((wal_frames, copied)) => {
                 let took = began.elapsed();
-                metrics::histogram!("embedded_store_checkpoint_seconds", &self.labels).record(took);
+                metrics::histogram!("embedded_store_checkpoint_duration_seconds", &self.labels)
+                    .record(took);
                 if let Some(left_out) = self.slow.admit(began, took) {
                     tracing::warn!(
                         db = %self.shown,

@@ -104,7 +104,7 @@ impl Writer {
     /// that began at `began`: `embedded_store_commits_total{db,mode}` and
     /// `embedded_store_committed_writes_total{db,mode}`, whose ratio is the
     /// mean group-commit size — how well writes are being batched — and
-    /// `embedded_store_commit_seconds{db,mode}`, from `BEGIN` to the end of
+    /// `embedded_store_commit_duration_seconds{db,mode}`, from `BEGIN` to the end of
     /// `COMMIT`. A slow commit is also logged (see [`slow_log`]): every
     /// write of the database waited behind it.
     fn count_commit(&self, mode: &'static str, writes: usize, began: Instant) {
@@ -116,7 +116,7 @@ impl Writer {
         metrics::counter!("embedded_store_commits_total", &labels).increment(1);
         metrics::counter!("embedded_store_committed_writes_total", &labels)
             .increment(u64::try_from(writes).unwrap_or(u64::MAX));
-        metrics::histogram!("embedded_store_commit_seconds", &labels).record(took);
+        metrics::histogram!("embedded_store_commit_duration_seconds", &labels).record(took);
         if let Some(left_out) = self.slow_commits.admit(began, took) {
             tracing::warn!(
                 db = &*self.db,

@@ -277,7 +277,7 @@ impl Orchestrator {
             let mut finished = None;
             if created == Created::New {
                 tracing::info!(saga_id = %saga.saga_id, request_id = %saga.request_id, total_cents = saga.order.total_cents, "saga created");
-                metrics::counter!("sagas_started_total").increment(1);
+                metrics::counter!("saga_started_total").increment(1);
                 if report {
                     finished = executor.spawn_reporting(saga, slot);
                 } else {

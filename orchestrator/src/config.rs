@@ -27,6 +27,15 @@ pub struct Cli {
     pub serve: ServeConfig,
 }
 
+/// Environment variables renamed by the naming scheme, `(new, old)`: the
+/// old names are still read, with a warning, until the next release
+/// ([`service_kit::renamed_env`]). Shared by `orchestrator` and `dev`.
+pub const RENAMED_ENV: &[(&str, &str)] = &[
+    ("ORCHESTRATOR_METRICS_LISTEN", "METRICS_LISTEN"),
+    ("ORCHESTRATOR_CONSOLE_LISTEN", "CONSOLE_LISTEN"),
+    ("ORCHESTRATOR_ARCHIVE_DIR", "ARCHIVE_DIR"),
+];
+
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -40,7 +49,7 @@ pub enum Command {
 pub struct OrchestratorMetrics;
 
 impl service_kit::metrics::MetricsDefaults for OrchestratorMetrics {
-    const LISTEN_ENV: &'static str = "METRICS_LISTEN";
+    const LISTEN_ENV: &'static str = "ORCHESTRATOR_METRICS_LISTEN";
     const LISTEN: &'static str = "127.0.0.1:9461";
 }
 
@@ -238,7 +247,7 @@ pub struct RetentionConfig {
     pub saga_retention: std::option::Option<Duration>,
     /// Before deleting an expired saga, append it as one JSON line to
     /// `<dir>/sagas-YYYY-MM-DD.jsonl` (synced first). Unset: no archive.
-    #[arg(long, env = "ARCHIVE_DIR")]
+    #[arg(long, env = "ORCHESTRATOR_ARCHIVE_DIR")]
     pub archive_dir: Option<PathBuf>,
     /// How often the embedded store is purged of expired sagas (and the
     /// store gauges are refreshed).
@@ -265,7 +274,11 @@ impl RetentionConfig {
 pub struct ConsoleConfig {
     /// Address to serve the saga console (web pages and JSON API) on. Bound
     /// to localhost by default: put a TLS proxy in front to expose it.
-    #[arg(long, env = "CONSOLE_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "ORCHESTRATOR_CONSOLE_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
     pub console_listen: SocketAddr,
     /// Serve no console.
     #[arg(long, env = "NO_CONSOLE")]

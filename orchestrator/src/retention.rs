@@ -202,14 +202,14 @@ impl SagaPurger {
                     .await
                     .map_err(|e| e.to_string())?
                     .map_err(|e| format!("archiving to {}: {e}", archive.dir.display()))?;
-                metrics::counter!("sagas_archived_total").increment(sagas.len() as u64);
+                metrics::counter!("saga_archived_total").increment(sagas.len() as u64);
                 self.store
                     .delete_finished(&sagas)
                     .await
                     .map_err(|e| e.to_string())?
             }
         };
-        metrics::counter!("sagas_expired_total").increment(deleted);
+        metrics::counter!("saga_expired_total").increment(deleted);
         Ok(PurgeBatch {
             deleted: vec![("sagas", deleted)],
             more: deleted >= PURGE_BATCH as u64,
@@ -243,11 +243,11 @@ impl Purger for SagaPurger {
 pub fn describe() {
     service_kit::purge::describe();
     metrics::describe_counter!(
-        "sagas_expired_total",
+        "saga_expired_total",
         "Finished sagas this orchestrator deleted after the retention (embedded store, or archiving on MongoDB; MongoDB's own TTL deletions are in its serverStatus metrics.ttl)."
     );
     metrics::describe_counter!(
-        "sagas_archived_total",
+        "saga_archived_total",
         "Expired sagas written to the --archive-dir files before deletion."
     );
 }

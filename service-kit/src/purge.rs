@@ -86,7 +86,7 @@ pub fn describe() {
         "Age of the oldest COMPLETED or CANCELLED saga still stored (0 when there is none)."
     );
     metrics::describe_histogram!(
-        "store_purge_batch_seconds",
+        "store_purge_batch_duration_seconds",
         "Duration of one purge batch (embedded stores)."
     );
 }
@@ -127,7 +127,7 @@ pub async fn purge_round(
             Ok(batch) => {
                 let took = started.elapsed();
                 if batch.total() > 0 {
-                    metrics::histogram!("store_purge_batch_seconds", "service" => service)
+                    metrics::histogram!("store_purge_batch_duration_seconds", "service" => service)
                         .record(took.as_secs_f64());
                     tracing::info!(
                         service,

@@ -47,6 +47,7 @@ pub mod process;
 pub mod prometheus;
 pub mod reflection;
 pub mod saga_list;
+pub mod service_process;
 pub mod settings;
 pub mod shipping;
 pub mod stack;

@@ -1,6 +1,7 @@
 //! Prometheus metrics scraped over HTTP and checked, one scenario per test:
 //!
-//! - a completed saga counts its start, its finish and each step's call;
+//! - a completed saga counts its start, its finish and each step's call
+//!   (also under the metrics' old names);
 //! - a refused charge cancels the saga with nothing to undo;
 //! - a short deduct refunds the charge: one compensation;
 //! - a repeated charge is applied once, then replayed;
@@ -184,12 +185,18 @@ async fn a_completed_saga_counts_its_start_its_finish_and_each_step() {
     assert_eq!(completed.status(), saga::SagaStatus::Completed);
     let m = turn
         .counted(&[
+            (series("saga_started_total", &[]), 1.0),
+            (
+                series("saga_finished_total", &[("status", "completed")]),
+                1.0,
+            ),
+            (series("saga_finished_total", &[]), 1.0),
+            // The names before the naming scheme, exported for one release.
             (series("sagas_started_total", &[]), 1.0),
             (
                 series("sagas_finished_total", &[("status", "completed")]),
                 1.0,
             ),
-            (series("sagas_finished_total", &[]), 1.0),
             (series("saga_compensations_total", &[]), 0.0),
             (series("saga_failed_total", &[]), 0.0),
             (op("charge", "applied"), 1.0),
@@ -213,12 +220,12 @@ async fn a_refused_charge_cancels_the_saga_with_nothing_to_undo() {
         .expect("order");
     assert_eq!(refused.status(), saga::SagaStatus::Cancelled);
     turn.counted(&[
-        (series("sagas_started_total", &[]), 1.0),
+        (series("saga_started_total", &[]), 1.0),
         (
-            series("sagas_finished_total", &[("status", "cancelled")]),
+            series("saga_finished_total", &[("status", "cancelled")]),
             1.0,
         ),
-        (series("sagas_finished_total", &[]), 1.0),
+        (series("saga_finished_total", &[]), 1.0),
         (series("saga_compensations_total", &[]), 0.0),
         (series("saga_failed_total", &[]), 0.0),
         (op("charge", "refused"), 1.0),
@@ -239,12 +246,12 @@ async fn a_short_deduct_refunds_the_charge_in_one_compensation() {
     assert_eq!(short.status(), saga::SagaStatus::Cancelled);
     assert_eq!(turn.stack.balance("alice").await, 100_000, "refunded");
     turn.counted(&[
-        (series("sagas_started_total", &[]), 1.0),
+        (series("saga_started_total", &[]), 1.0),
         (
-            series("sagas_finished_total", &[("status", "cancelled")]),
+            series("saga_finished_total", &[("status", "cancelled")]),
             1.0,
         ),
-        (series("sagas_finished_total", &[]), 1.0),
+        (series("saga_finished_total", &[]), 1.0),
         (series("saga_compensations_total", &[]), 1.0),
         (series("saga_failed_total", &[]), 0.0),
         (op("charge", "applied"), 1.0),
@@ -273,7 +280,7 @@ async fn a_repeated_charge_is_applied_once_then_replayed() {
         (op("charge", "deduplicated"), 1.0),
         (series("participant_operations_total", &[]), 2.0),
         (calls("charge"), 2.0),
-        (series("sagas_started_total", &[]), 0.0),
+        (series("saga_started_total", &[]), 0.0),
     ])
     .await;
     turn.end().await;
@@ -373,8 +380,8 @@ async fn each_store_reports_its_size_commits_and_checkpoints() {
             && dbs.iter().all(|db| {
                 let grew = |name| turn.grew(s, &series(name, &[("db", *db)]));
                 grew("embedded_store_commits_total") >= 1.0
-                    && grew("embedded_store_commit_seconds_count") >= 1.0
-                    && grew("embedded_store_checkpoint_seconds_count") >= 1.0
+                    && grew("embedded_store_commit_duration_seconds_count") >= 1.0
+                    && grew("embedded_store_checkpoint_duration_seconds_count") >= 1.0
             })
     })
     .await;
@@ -392,9 +399,9 @@ async fn each_store_reports_its_size_commits_and_checkpoints() {
             writes >= commits,
             "{db}: {writes} writes in {commits} commits"
         );
-        let timed = grew("embedded_store_commit_seconds_count");
+        let timed = grew("embedded_store_commit_duration_seconds_count");
         assert!(timed >= 1.0, "{db}: no commit timed:\n{}", m.text);
-        let checkpoints = grew("embedded_store_checkpoint_seconds_count");
+        let checkpoints = grew("embedded_store_checkpoint_duration_seconds_count");
         assert!(checkpoints >= 1.0, "{db}: no checkpoint timed:\n{}", m.text);
     }
     turn.end().await;
@@ -593,7 +600,7 @@ async fn client_calls_refused_for_the_client_token_are_counted_per_rpc() {
             (refused("retry_saga"), 3.0),
             (refused("console"), 3.0),
             (series("saga_unauthenticated_total", &[]), 14.0),
-            (series("sagas_started_total", &[]), 0.0),
+            (series("saga_started_total", &[]), 0.0),
         ])
         .await;
     assert!(

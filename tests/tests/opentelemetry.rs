@@ -30,118 +30,35 @@ use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as saga;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
-use saga_tests::process::{self, spawn_tied};
+use saga_tests::service_process::{ServiceProcess, free_addr};
 use saga_tests::{channel, order_request, wait_terminal};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic_health::pb::health_check_response::ServingStatus;
 
 /// How long a service has to start, a saga to end, a process to stop.
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// A service binary running as a child process with span export on, its
-/// log in a file; stopped (SIGTERM, then SIGKILL) when dropped.
-struct Service {
-    name: &'static str,
-    child: Child,
+/// Starts `binary` on `addr` with `args` and `env`, exporting its spans
+/// to `receiver` as `OTEL_SERVICE_NAME=binary`; waits until it is ready.
+async fn start(
+    binary: &'static str,
     addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Service {
-    /// Starts `binary` on `addr` (`--listen` added) with `args` and `env`,
-    /// exporting its spans to `receiver` as `OTEL_SERVICE_NAME=binary`, its
-    /// log lines (stdout) and errors (stderr) in a file under `dir`;
-    /// waits until it is ready (health `""` SERVING).
-    async fn start(
-        binary: &'static str,
-        addr: SocketAddr,
-        args: &[&str],
-        env: &[(&str, &str)],
-        receiver: &OtlpReceiver,
-        dir: &Path,
-    ) -> Service {
-        let log = dir.join(format!("{binary}-{}.log", addr.port()));
-        let stdout = std::fs::File::create(&log).expect("log file");
-        let stderr = stdout.try_clone().expect("log file");
-        let mut cmd = Command::new(process::workspace_binary(binary));
-        cmd.args(args)
-            .args(["--listen", &addr.to_string()])
-            .env_clear()
-            .env("RUST_LOG", "info")
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
-            .env("OTEL_SERVICE_NAME", binary)
-            .envs(env.iter().copied())
-            .stdout(stdout)
-            .stderr(stderr);
-        let child = spawn_tied(cmd).unwrap_or_else(|e| panic!("start {binary}: {e}"));
-        let service = Service {
-            name: binary,
-            child,
-            addr,
-            log,
-        };
-        service.until_ready().await;
-        service
-    }
-
-    async fn until_ready(&self) {
-        let started = Instant::now();
-        loop {
-            if saga_tests::health(self.addr, "").await == Ok(ServingStatus::Serving) {
-                return;
-            }
-            assert!(
-                started.elapsed() < LIMIT,
-                "{} not ready within {LIMIT:?}; its log: {:?}",
-                self.name,
-                process::log_tail(&self.log, 20)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGTERM, then asserts a clean exit (0) within the limit: the
-    /// graceful drain, which flushes the spans still buffered.
-    async fn stop_cleanly(mut self) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let until = Instant::now() + LIMIT;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(
-                Instant::now() < until,
-                "{} still running {LIMIT:?} after SIGTERM",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        assert!(
-            status.success(),
-            "{} exited with {status}; its log: {:?}",
-            self.name,
-            process::log_tail(&self.log, 20)
-        );
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = process::stop(&mut self.child, Duration::from_secs(5));
-    }
-}
-
-/// A free port on 127.0.0.1 (bound and released: the service binds it
-/// right after).
-fn free_addr() -> SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    probe.local_addr().expect("addr")
+    args: &[&str],
+    env: &[(&str, &str)],
+    receiver: &OtlpReceiver,
+    dir: &Path,
+) -> ServiceProcess {
+    let endpoint = receiver.endpoint();
+    let mut env = env.to_vec();
+    env.extend([
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", binary),
+    ]);
+    let service = ServiceProcess::spawn(binary, addr, args, &env, dir);
+    service.until_ready(LIMIT).await;
+    service
 }
 
 /// A participant binary (`--data-dir` under `dir`, no metrics) exporting
@@ -152,11 +69,11 @@ async fn participant(
     env: &[(&str, &str)],
     receiver: &OtlpReceiver,
     dir: &Path,
-) -> Service {
+) -> ServiceProcess {
     let data = dir.join(binary);
     let data = data.to_str().expect("UTF-8 path");
     let args = ["--data-dir", data, "--no-metrics"];
-    Service::start(binary, addr, &args, env, receiver, dir).await
+    start(binary, addr, &args, env, receiver, dir).await
 }
 
 /// The orchestrator binary over payment, inventory and (when given)
@@ -166,7 +83,7 @@ async fn orchestrator(
     loyalty: Option<SocketAddr>,
     receiver: &OtlpReceiver,
     dir: &Path,
-) -> Service {
+) -> ServiceProcess {
     let steps = dir.join("saga-steps.toml");
     let mut file =
         "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n".to_owned();
@@ -196,7 +113,7 @@ async fn orchestrator(
         "--retry-max-delay-ms",
         "200",
     ];
-    Service::start(
+    start(
         "orchestrator",
         addrs.orchestrator,
         &args,
@@ -389,7 +306,7 @@ async fn one_trace_per_saga_across_the_services() {
     assert_eq!(cancelled.status(), saga::SagaStatus::Cancelled);
     let before_stop = receiver.spans().len();
     for service in [orchestrator, loyalty, inventory, payment] {
-        service.stop_cleanly().await;
+        service.stop_cleanly(LIMIT).await;
     }
     let spans = receiver.spans();
     eprintln!(
@@ -474,11 +391,11 @@ async fn a_saga_resumed_after_a_restart_continues_its_trace() {
         assert!(
             started.elapsed() < LIMIT,
             "no failed deduct logged: {:?}",
-            process::log_tail(&first.log, 20)
+            first.log_tail(20)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    first.stop_cleanly().await;
+    first.stop_cleanly(LIMIT).await;
 
     let inventory = participant("inventory-svc", addrs.inventory, &[], &receiver, dir.path()).await;
     add_stock(addrs.inventory, "sku-apple", 10).await;
@@ -486,7 +403,7 @@ async fn a_saga_resumed_after_a_restart_continues_its_trace() {
     let done = wait_terminal(addrs.orchestrator, &saga_id, LIMIT).await;
     assert_eq!(done.status(), saga::SagaStatus::Completed);
     for service in [second, inventory, payment] {
-        service.stop_cleanly().await;
+        service.stop_cleanly(LIMIT).await;
     }
 
     let trace = Trace::of(&receiver.spans(), &trace_id);

@@ -25,10 +25,8 @@ use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_tests::health;
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
-use saga_tests::process::{self, spawn_tied};
+use saga_tests::service_process::{ServiceProcess, free_addr};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -39,89 +37,6 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 /// Pause between two polls of a condition.
 const POLL: Duration = Duration::from_millis(10);
-
-/// A service binary running as a child process, its log in a file; stopped
-/// (SIGTERM, then SIGKILL) when dropped.
-struct Service {
-    name: &'static str,
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Service {
-    /// Starts `binary` listening on a free port of 127.0.0.1 (`listen`
-    /// flag added), with `args`, its stderr in `dir`; no variable of ours
-    /// reaches it.
-    fn start(binary: &'static str, args: &[&str], dir: &Path) -> Service {
-        let addr = free_addr();
-        let log = dir.join(format!("{binary}-{}.log", addr.port()));
-        let stderr = std::fs::File::create(&log).expect("log file");
-        let mut cmd = Command::new(process::workspace_binary(binary));
-        cmd.args(args)
-            .args(["--listen", &addr.to_string()])
-            .env_clear()
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        let child = spawn_tied(cmd).unwrap_or_else(|e| panic!("start {binary}: {e}"));
-        Service {
-            name: binary,
-            child,
-            addr,
-            log,
-        }
-    }
-
-    /// Sends SIGTERM (the process is ours and not reaped: its pid is).
-    fn sigterm(&self) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-
-    /// Waits (at most `within`) for the process to exit on its own.
-    async fn exited(&mut self, within: Duration) -> ExitStatus {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < until,
-                "{} still running {within:?} after SIGTERM; its log: {:?}",
-                self.name,
-                process::log_tail(&self.log, 20)
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Stops it with SIGTERM and asserts a clean exit (0, not killed).
-    async fn stop_cleanly(mut self) {
-        self.sigterm();
-        let status = self.exited(Duration::from_secs(30)).await;
-        assert!(
-            status.success(),
-            "{} exited with {status}; its log: {:?}",
-            self.name,
-            process::log_tail(&self.log, 20)
-        );
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = process::stop(&mut self.child, Duration::from_secs(5));
-    }
-}
-
-/// A free port on 127.0.0.1 (bound and released: the service binds it
-/// right after).
-fn free_addr() -> SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    probe.local_addr().expect("addr")
-}
 
 /// Polls `service`'s health at `addr` until it answers `want` (at most
 /// `within`); how long that took.
@@ -236,8 +151,9 @@ async fn a_service_whose_store_is_down_is_alive_but_not_ready_until_it_comes_up(
     let uri = format!("mongodb://127.0.0.1:{}/?directConnection=true", dead.port);
     let run = uuid::Uuid::now_v7().simple().to_string();
     let (payment_db, orchestrator_db) = (format!("ready_pay_{run}"), format!("ready_orc_{run}"));
-    let payment = Service::start(
+    let payment = ServiceProcess::spawn(
         "payment-svc",
+        free_addr(),
         &[
             "--mongodb-uri",
             &uri,
@@ -245,10 +161,12 @@ async fn a_service_whose_store_is_down_is_alive_but_not_ready_until_it_comes_up(
             &payment_db,
             "--no-metrics",
         ],
+        &[],
         dir.path(),
     );
-    let orchestrator = Service::start(
+    let orchestrator = ServiceProcess::spawn(
         "orchestrator",
+        free_addr(),
         &[
             "serve",
             "--mongodb-uri",
@@ -262,6 +180,7 @@ async fn a_service_whose_store_is_down_is_alive_but_not_ready_until_it_comes_up(
             "--inventory-addr",
             "http://127.0.0.1:1",
         ],
+        &[],
         dir.path(),
     );
     let services = [
@@ -309,8 +228,8 @@ async fn a_service_whose_store_is_down_is_alive_but_not_ready_until_it_comes_up(
 
     let port = dead.close().await;
     let Some(_mongo) = mongo_on(port).await else {
-        payment.stop_cleanly().await;
-        orchestrator.stop_cleanly().await;
+        payment.stop_cleanly(Duration::from_secs(30)).await;
+        orchestrator.stop_cleanly(Duration::from_secs(30)).await;
         return;
     };
     let up = Instant::now();
@@ -340,8 +259,8 @@ async fn a_service_whose_store_is_down_is_alive_but_not_ready_until_it_comes_up(
         get_account(payment.addr).await.map_err(|s| s.code()),
         Err(tonic::Code::NotFound)
     );
-    payment.stop_cleanly().await;
-    orchestrator.stop_cleanly().await;
+    payment.stop_cleanly(Duration::from_secs(30)).await;
+    orchestrator.stop_cleanly(Duration::from_secs(30)).await;
 }
 
 /// How one Charge of the load ended.
@@ -418,7 +337,8 @@ async fn sigterm_under_load_turns_readiness_off_at_once_and_drains() {
     let args = ["--data-dir", data_arg, "--no-metrics"];
     let mut with_latency = args.to_vec();
     with_latency.extend(["--fault-latency-ms", "800"]);
-    let mut service = Service::start("payment-svc", &with_latency, dir.path());
+    let mut service =
+        ServiceProcess::spawn("payment-svc", free_addr(), &with_latency, &[], dir.path());
     until_health(
         service.addr,
         "",
@@ -558,7 +478,7 @@ async fn sigterm_under_load_turns_readiness_off_at_once_and_drains() {
 
     // Restarted on the same data: every acknowledged Charge, and only
     // those, was applied.
-    let service = Service::start("payment-svc", &args, dir.path());
+    let service = ServiceProcess::spawn("payment-svc", free_addr(), &args, &[], dir.path());
     until_health(
         service.addr,
         "",
@@ -571,5 +491,5 @@ async fn sigterm_under_load_turns_readiness_off_at_once_and_drains() {
         balance,
         DEPOSIT - i64::try_from(acknowledged).expect("count")
     );
-    service.stop_cleanly().await;
+    service.stop_cleanly(Duration::from_secs(30)).await;
 }

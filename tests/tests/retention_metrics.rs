@@ -1,5 +1,5 @@
 //! Retention's counters, scraped over HTTP: what the purges deleted is
-//! counted exactly — `sagas_expired_total`, `sagas_archived_total` and
+//! counted exactly — `saga_expired_total`, `saga_archived_total` and
 //! `participant_records_expired_total{table}` — on the embedded stores,
 //! where the services delete (on MongoDB the server's TTL monitor does, and
 //! nothing of ours sees it).
@@ -54,8 +54,8 @@ async fn what_the_purges_delete_is_counted_exactly() {
     assert_eq!(done.status(), pb::SagaStatus::Completed);
 
     let expected: [Counter; 4] = [
-        ("sagas_expired_total", &[], 1.0),
-        ("sagas_archived_total", &[], 1.0),
+        ("saga_expired_total", &[], 1.0),
+        ("saga_archived_total", &[], 1.0),
         (
             "participant_records_expired_total",
             &[("table", "operation_history")],

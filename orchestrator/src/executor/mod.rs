@@ -259,7 +259,7 @@ impl Executor {
                 let saga_id = saga.saga_id.clone();
                 match this.drive(saga).await {
                     Ok(saga) => {
-                        metrics::counter!("sagas_finished_total", "status" => saga.status.as_str())
+                        metrics::counter!("saga_finished_total", "status" => saga.status.as_str())
                             .increment(1);
                         tracing::info!(status = saga.status.as_str(), "saga finished");
                         if let Some(done) = done {

@@ -15,7 +15,7 @@ pub struct OrchestratorCounters {
     /// `saga_lease_takeovers_of_live_owner_total`: sagas this instance lost
     /// while it was still driving them.
     pub live_owner_takeovers: u64,
-    /// `sagas_started_total`: sagas this instance created.
+    /// `saga_started_total`: sagas this instance created.
     pub started: u64,
     /// `saga_participant_batches_total` (every step): batch RPCs sent.
     #[serde(default)]
@@ -58,7 +58,7 @@ impl OrchestratorCounters {
         OrchestratorCounters {
             takeovers: value("saga_lease_takeovers_total"),
             live_owner_takeovers: value("saga_lease_takeovers_of_live_owner_total"),
-            started: value("sagas_started_total"),
+            started: value("saga_started_total"),
             batches: value("saga_participant_batches_total"),
             batched_calls: value("saga_participant_batched_calls_total"),
         }
@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn counters_are_read_from_the_exposition() {
         let text = "# TYPE saga_lease_takeovers_total counter\nsaga_lease_takeovers_total 3\n\
-                    saga_lease_takeovers_of_live_owner_total 1\nsagas_started_total 12\n\
+                    saga_lease_takeovers_of_live_owner_total 1\nsaga_started_total 12\n\
                     saga_step_retries_total 9\n\
                     saga_participant_batches_total{step=\"payment\"} 2\n\
                     saga_participant_batches_total{step=\"inventory\"} 3\n\
