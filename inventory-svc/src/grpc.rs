@@ -48,27 +48,32 @@ impl InventoryApi {
 }
 
 /// Checks a Deduct/Restock request: ids, 1..=[`MAX_LINES`] lines, positive
-/// quantities whose sum fits in an int64.
+/// quantities whose sum fits in an int64; every bad field is named at once.
 fn deduction(request_id: String, lines: Vec<pb::Line>) -> Result<Deduction, Status> {
-    validate::id("request_id", &request_id)?;
+    let mut bad = validate::Violations::new();
+    bad.id("request_id", &request_id);
     if lines.is_empty() || lines.len() > MAX_LINES {
-        return Err(validate::invalid(
+        // A request past the cap is not read line by line.
+        bad.add(
             "lines",
-            &format!("must hold 1 to {MAX_LINES} lines (got {})", lines.len()),
-        ));
+            format!("must hold 1 to {MAX_LINES} lines (got {})", lines.len()),
+        );
+    } else {
+        for (i, line) in lines.iter().enumerate() {
+            bad.id(format!("lines[{i}].product_id"), &line.product_id);
+            bad.positive(format!("lines[{i}].quantity"), line.quantity);
+        }
     }
-    let mut checked = Vec::with_capacity(lines.len());
-    for (i, line) in lines.into_iter().enumerate() {
-        validate::id(&format!("lines[{i}].product_id"), &line.product_id)?;
-        validate::positive(&format!("lines[{i}].quantity"), line.quantity)?;
-        checked.push(Line {
-            product_id: line.product_id,
-            quantity: line.quantity,
-        });
-    }
+    bad.into_result()?;
     let deduction = Deduction {
         request_id,
-        lines: checked,
+        lines: lines
+            .into_iter()
+            .map(|line| Line {
+                product_id: line.product_id,
+                quantity: line.quantity,
+            })
+            .collect(),
     };
     if deduction.total_units().is_none() {
         return Err(validate::invalid(
@@ -231,9 +236,11 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
     ) -> Result<Response<pb::AddStockResponse>, Status> {
         let call = self.kit.admin_call("add_stock", &request)?;
         let r = request.into_inner();
-        validate::id("request_id", &r.request_id)?;
-        validate::id("product_id", &r.product_id)?;
-        validate::positive("quantity", r.quantity)?;
+        let mut bad = validate::Violations::new();
+        bad.id("request_id", &r.request_id);
+        bad.id("product_id", &r.product_id);
+        bad.positive("quantity", r.quantity);
+        bad.into_result()?;
         let addition = StockAddition {
             request_id: r.request_id,
             product_id: r.product_id,

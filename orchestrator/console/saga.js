@@ -86,7 +86,9 @@
 
   function render(saga) {
     clear($("status")).append(sagaStatus(saga.status));
-    $("reason").textContent = saga.reason ? "Why: " + saga.reason : "";
+    $("reason").textContent = saga.reason
+      ? "Why: " + saga.reason + (saga.refusal_code ? " [" + saga.refusal_code + "]" : "")
+      : "";
     $("retry-bar").hidden = saga.status !== "SAGA_STATUS_FAILED";
     renderOrder(saga);
     renderSteps(saga);

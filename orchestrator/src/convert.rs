@@ -222,6 +222,7 @@ pub fn saga(s: Saga) -> pb::Saga {
         created_at: Some(timestamp(s.created_at_ms)),
         updated_at: Some(timestamp(s.updated_at_ms)),
         reason: s.reason.unwrap_or_default(),
+        refusal_code: s.refusal_code.unwrap_or_default(),
         version: s.version,
         lease_owner: s
             .lease

@@ -24,8 +24,8 @@
 //!   keep a failure that was fixed.
 
 use crate::saga::{
-    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Saga, SagaStatus, StepState, StepStatus, Transition,
-    TransitionState, bounded_text,
+    HISTORY_HEAD, HISTORY_KEPT, Lease, Order, Refusal, Saga, SagaStatus, StepState, StepStatus,
+    Transition, TransitionState, bounded_text,
 };
 
 /// What the engine knows of a step: its name and the names of the
@@ -58,7 +58,7 @@ pub enum Outcome {
     /// The action was applied.
     Succeeded,
     /// The participant refused the action for a business reason.
-    Refused(String),
+    Refused(Refusal),
     /// This attempt failed transiently; another attempt follows.
     Retrying(String),
     /// The attempt budget is spent and the outcome is unknown: compensate.
@@ -142,6 +142,7 @@ pub fn start(
         steps,
         history: Vec::new(),
         reason: None,
+        refusal_code: None,
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
         version: 0,
@@ -248,9 +249,10 @@ fn apply(saga: &mut Saga, work: Next, outcome: Outcome, now_ms: i64) {
                 set_status(saga, SagaStatus::Completed, "every step succeeded", now_ms);
             }
         }
-        (Next::Act(i), Outcome::Refused(reason)) => {
-            finish_step(saga, i, StepStatus::Refused, Some(&reason), now_ms);
-            start_compensating(saga, i, reason, now_ms);
+        (Next::Act(i), Outcome::Refused(refusal)) => {
+            finish_step(saga, i, StepStatus::Refused, Some(&refusal.message), now_ms);
+            start_compensating(saga, i, refusal.message, now_ms);
+            saga.refusal_code = refusal.code.map(bounded_text);
         }
         (Next::Act(i), Outcome::Retrying(error)) => {
             let step = &mut saga.steps[i];

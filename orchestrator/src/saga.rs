@@ -7,6 +7,47 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A participant's refusal of a step's action: the words people read, and
+/// the stable code programs match on when the participant gave one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `INSUFFICIENT_FUNDS`, `INSUFFICIENT_STOCK`, a generic step's
+    /// `reason_code`; `None` when the participant gave no code.
+    pub code: Option<String>,
+    /// What the participant said.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with `code`, when there is one.
+    pub fn new(code: Option<String>, message: impl Into<String>) -> Self {
+        Refusal {
+            code: code.filter(|c| !c.is_empty()),
+            message: message.into(),
+        }
+    }
+}
+
+/// A refusal without a code.
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Self {
+        Refusal::new(None, message)
+    }
+}
+
+/// A refusal without a code.
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal::new(None, message)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderItem {
@@ -318,6 +359,13 @@ pub struct Saga {
     pub history_omitted: u64,
     /// Why the saga is compensating, cancelled or failed.
     pub reason: Option<String>,
+    /// When a participant's refusal started the compensation: the stable
+    /// code it gave (its `google.rpc.ErrorInfo` reason, e.g.
+    /// `INSUFFICIENT_FUNDS`, or a generic step's `reason_code`), what a
+    /// program matches on instead of the words. Kept once set (a saga
+    /// refuses at most once: no action follows a refusal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal_code: Option<String>,
     /// When the saga was created (ms since the epoch).
     pub created_at_ms: i64,
     /// When it last changed state.

@@ -13,7 +13,7 @@
 //! wire type reaches the engine or the executor.
 
 use crate::engine::StepNames;
-use crate::saga::{Saga, StepState};
+use crate::saga::{Refusal, Saga, StepState};
 use async_trait::async_trait;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub enum StepOutcome {
     Done,
     /// The participant refused for a business reason. It recorded the
     /// refusal, so asking again gets the same answer: compensate instead.
-    Refused(String),
+    Refused(Refusal),
     /// The outcome is unknown (unreachable, timed out, overloaded,
     /// crashed): the call may or may not have been applied. Retry with the
     /// same request id; the participant's barrier turns a repeat into a

@@ -47,9 +47,11 @@ fn transfer(
     customer_id: String,
     amount_cents: i64,
 ) -> Result<Transfer, Status> {
-    validate::id("request_id", &request_id)?;
-    validate::id("customer_id", &customer_id)?;
-    validate::positive("amount_cents", amount_cents)?;
+    let mut bad = validate::Violations::new();
+    bad.id("request_id", &request_id);
+    bad.id("customer_id", &customer_id);
+    bad.positive("amount_cents", amount_cents);
+    bad.into_result()?;
     Ok(Transfer {
         request_id,
         customer_id,

@@ -183,6 +183,68 @@ async fn bad_create_orders_name_the_field_and_store_nothing() {
     stack.stop().await;
 }
 
+/// A participant call with several bad fields names every one of them at
+/// once, in the order of the request, and moves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_calls_name_every_bad_field_at_once() {
+    let stack = Stack::start().await;
+    stack.deposit("alice", 1_000).await;
+    stack.add_stock("sku-apple", 10).await;
+    let charge = payment::ChargeRequest {
+        request_id: String::new(),
+        customer_id: "\u{7}".into(),
+        amount_cents: 0,
+    };
+    let err = stack
+        .payments()
+        .await
+        .charge(charge)
+        .await
+        .expect_err("bad");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        bad_fields(&err),
+        ["request_id", "customer_id", "amount_cents"]
+    );
+    let line = |product_id: &str, quantity| inventory::Line {
+        product_id: product_id.into(),
+        quantity,
+    };
+    let deduct = inventory::DeductRequest {
+        request_id: String::new(),
+        lines: vec![line("", 0), line("sku-apple", 1), line("sku-apple", -1)],
+    };
+    let err = stack
+        .inventory()
+        .await
+        .deduct(deduct)
+        .await
+        .expect_err("bad");
+    assert_eq!(
+        bad_fields(&err),
+        [
+            "request_id",
+            "lines[0].product_id",
+            "lines[0].quantity",
+            "lines[2].quantity"
+        ]
+    );
+    let add = inventory::AddStockRequest {
+        request_id: "ok-1".into(),
+        product_id: String::new(),
+        quantity: -5,
+    };
+    let err = stack
+        .inventory()
+        .await
+        .add_stock(add)
+        .await
+        .expect_err("bad");
+    assert_eq!(bad_fields(&err), ["product_id", "quantity"]);
+    assert_eq!(stack.balance("alice").await, 1_000);
+    assert_eq!(stack.stock("sku-apple").await, 10);
+}
+
 /// Asserts `result` is INVALID_ARGUMENT naming exactly `field`, refused
 /// for its length in bytes (130: 65 two-byte characters).
 fn refused_as_too_long<T: std::fmt::Debug>(

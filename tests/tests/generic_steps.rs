@@ -103,6 +103,10 @@ async fn a_blocked_customer_restocks_then_refunds(stack: Stack) {
     let saga = reply.saga.expect("saga");
     assert_eq!(step(&saga, "loyalty").status(), pb::StepStatus::Refused);
     assert!(saga.reason.contains("CUSTOMER_BLOCKED"), "{}", saga.reason);
+    assert_eq!(
+        saga.refusal_code, "CUSTOMER_BLOCKED",
+        "the ActReply's reason_code"
+    );
     assert_eq!(compensation_order(&saga), ["inventory", "payment"]);
     assert_eq!(stack.balance("mallory").await, 10_000);
     assert_eq!(stack.stock("sku-apple").await, 10);

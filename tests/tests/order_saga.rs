@@ -41,6 +41,7 @@ async fn happy_path_charges_deducts_and_completes(stack: Stack) {
     assert_eq!(reply.status(), pb::SagaStatus::Completed);
     assert!(reply.created);
     let saga = reply.saga.expect("saga returned with wait");
+    assert_eq!(saga.refusal_code, "", "nothing was refused");
     assert_eq!(saga.order.as_ref().map(|o| o.total_cents), Some(600));
     assert_eq!(step(&saga, "payment").status(), pb::StepStatus::Succeeded);
     assert_eq!(step(&saga, "inventory").status(), pb::StepStatus::Succeeded);
@@ -76,6 +77,10 @@ async fn payment_refusal_cancels_with_nothing_to_compensate(stack: Stack) {
         "{}",
         saga.reason
     );
+    assert_eq!(
+        saga.refusal_code, "INSUFFICIENT_FUNDS",
+        "the refusal's ErrorInfo reason"
+    );
     assert_eq!(stack.balance("bob").await, 1_000);
     assert_eq!(stack.stock("sku-apple").await, 10);
 
@@ -85,6 +90,7 @@ async fn payment_refusal_cancels_with_nothing_to_compensate(stack: Stack) {
         .await
         .expect("create");
     assert_eq!(reply.status(), pb::SagaStatus::Cancelled);
+    assert_eq!(reply.saga.expect("saga").refusal_code, "ACCOUNT_NOT_FOUND");
     assert_eq!(stack.stock("sku-apple").await, 10);
     stack.stop().await;
 }
@@ -108,6 +114,7 @@ async fn inventory_shortage_refunds_the_payment(stack: Stack) {
     assert_eq!(payment.status(), pb::StepStatus::Compensated);
     assert_eq!(step(&saga, "inventory").status(), pb::StepStatus::Refused);
     assert!(saga.reason.contains("sku-pear"), "{}", saga.reason);
+    assert_eq!(saga.refusal_code, "INSUFFICIENT_STOCK");
     let refunds = saga
         .history
         .iter()

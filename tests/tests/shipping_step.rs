@@ -176,6 +176,7 @@ async fn an_unshippable_order_restocks_then_refunds(stack: Stack) {
     assert_eq!(step(&saga, "payment").status(), pb::StepStatus::Compensated);
     assert!(saga.reason.contains("UNSHIPPABLE"), "{}", saga.reason);
     assert!(saga.reason.contains(UNSHIPPABLE), "{}", saga.reason);
+    assert_eq!(saga.refusal_code, "UNSHIPPABLE");
     // Compensations in reverse order of the steps: restock, then refund.
     assert_eq!(compensation_order(&saga), ["inventory", "payment"]);
 

@@ -31,6 +31,7 @@ pub fn saga(s: &pb::Saga) -> Value {
         "created_at": timestamp(s.created_at.as_ref()),
         "updated_at": timestamp(s.updated_at.as_ref()),
         "reason": s.reason,
+        "refusal_code": s.refusal_code,
         "version": s.version.to_string(),
         "lease_owner": s.lease_owner,
         "lease_until": timestamp(s.lease_until.as_ref()),

@@ -97,6 +97,36 @@ fn refusal_of_a_later_step_compensates_earlier_steps_in_reverse() {
 }
 
 #[test]
+fn a_refusal_code_is_kept_through_a_failed_compensation_and_its_retry() {
+    let mut s = saga();
+    assert_eq!(s.refusal_code, None);
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    let refusal = Refusal::new(Some("INSUFFICIENT_STOCK".into()), "short of sku-pear");
+    record(&mut s, Next::Act(1), Outcome::Refused(refusal), 3);
+    assert_eq!(s.refusal_code.as_deref(), Some("INSUFFICIENT_STOCK"));
+    assert!(
+        s.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("short of sku-pear")
+    );
+    record(
+        &mut s,
+        Next::Compensate(0),
+        Outcome::CompensationGaveUp("down".into()),
+        4,
+    );
+    assert_eq!(s.status, SagaStatus::Failed);
+    assert!(resume(&mut s, 5));
+    record(&mut s, Next::Compensate(0), Outcome::Compensated, 6);
+    assert_eq!(s.status, SagaStatus::Cancelled);
+    assert_eq!(s.refusal_code.as_deref(), Some("INSUFFICIENT_STOCK"));
+    let mut without = saga();
+    record(&mut without, Next::Act(0), Outcome::Refused("no".into()), 2);
+    assert_eq!(without.refusal_code, None, "a refusal without a code");
+}
+
+#[test]
 fn a_step_whose_outcome_is_unknown_is_compensated_too_before_earlier_ones() {
     let mut s = saga();
     record(&mut s, Next::Act(0), Outcome::Succeeded, 2);

@@ -263,7 +263,11 @@ fn count_and_log(outcome: &Outcome) {
             metrics::counter!("saga_compensations_total").increment(1);
             tracing::info!("compensation applied")
         }
-        Outcome::Refused(reason) => tracing::info!(%reason, "action refused; compensating"),
+        Outcome::Refused(refusal) => tracing::info!(
+            reason = %refusal.message,
+            code = refusal.code.as_deref().unwrap_or_default(),
+            "action refused; compensating"
+        ),
         Outcome::Retrying(error) | Outcome::CompensationRetrying(error) => {
             metrics::counter!("saga_step_retries_total").increment(1);
             tracing::warn!(%error, "attempt failed; retrying")

@@ -10,7 +10,7 @@
 //! the saga waits for a person.
 
 use crate::engine::Outcome;
-use crate::saga::StepState;
+use crate::saga::{Refusal, StepState};
 use crate::step::{Phase, StepOutcome};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use service_kit::limits::{
@@ -122,7 +122,7 @@ impl RetryPolicy {
         match (call.phase, reply) {
             (Phase::Action, StepOutcome::Done) => Outcome::Succeeded,
             (Phase::Compensation, StepOutcome::Done) => Outcome::Compensated,
-            (Phase::Action, StepOutcome::Refused(message)) => Outcome::Refused(message),
+            (Phase::Action, StepOutcome::Refused(refusal)) => Outcome::Refused(refusal),
             (Phase::Action, StepOutcome::Transient(message)) => {
                 if call.attempt >= self.action_attempts {
                     Outcome::GaveUp(message)
@@ -138,10 +138,8 @@ impl RetryPolicy {
             // A compensation must eventually happen: even a refusal (which
             // would be a bug) is retried until the budget runs out, then a
             // person looks at it.
-            (
-                Phase::Compensation,
-                StepOutcome::Refused(message) | StepOutcome::Transient(message),
-            ) => {
+            (Phase::Compensation, StepOutcome::Refused(Refusal { message, .. }))
+            | (Phase::Compensation, StepOutcome::Transient(message)) => {
                 if call.attempt >= self.compensation_attempts {
                     Outcome::CompensationGaveUp(message)
                 } else {

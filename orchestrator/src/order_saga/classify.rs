@@ -8,6 +8,7 @@
 //! the same request id is retried: the participant's barrier turns a repeat
 //! into a replay.
 
+use crate::saga::Refusal;
 use crate::step::StepOutcome;
 use tonic::{Code, Status};
 
@@ -31,7 +32,8 @@ pub fn step_outcome_of<T>(reply: Result<T, Status>) -> StepOutcome {
         Err(status) => {
             let message = format!("{:?}: {}", status.code(), status.message());
             if is_refusal(&status) {
-                StepOutcome::Refused(message)
+                let code = service_kit::errors::reason_of(&status).map(|(_, reason)| reason);
+                StepOutcome::Refused(Refusal::new(code, message))
             } else {
                 StepOutcome::Transient(message)
             }
@@ -81,7 +83,7 @@ mod tests {
     fn outcome_of(status: Status) -> &'static str {
         let expected_message = format!("{:?}: {}", status.code(), status.message());
         match step_outcome_of::<()>(Err(status)) {
-            StepOutcome::Refused(m) if m == expected_message => "refused",
+            StepOutcome::Refused(r) if r.message == expected_message => "refused",
             StepOutcome::Transient(m) if m == expected_message => "transient",
             other => panic!("{other:?} does not carry {expected_message:?}"),
         }

@@ -13,7 +13,7 @@
 //! answer anything; none of it panics or grows memory without bound.
 
 use super::call::Caller;
-use crate::saga::{Saga, StepState};
+use crate::saga::{Refusal, Saga, StepState};
 use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
 use async_trait::async_trait;
 use saga_proto::participant::v1 as pb;
@@ -154,7 +154,9 @@ pub fn act_outcome(reply: Result<pb::ActReply, Status>) -> StepOutcome {
                 reply.outcome
             )),
         },
-        Err(status) if is_refusal(status.code()) => StepOutcome::Refused(described(&status)),
+        Err(status) if is_refusal(status.code()) => {
+            StepOutcome::Refused(refused_by_status(&status))
+        }
         Err(status) => StepOutcome::Transient(described(&status)),
     }
 }
@@ -182,13 +184,21 @@ pub fn compensation_outcome(reply: Result<pb::CompensateReply, Status>) -> StepO
 
 /// A refusal's reason for the saga: its code and detail (the engine keeps
 /// at most 1 KB of it).
-fn refusal(reply: &pb::ActReply) -> String {
-    match (reply.reason_code.is_empty(), reply.detail.is_empty()) {
+fn refusal(reply: &pb::ActReply) -> Refusal {
+    let message = match (reply.reason_code.is_empty(), reply.detail.is_empty()) {
         (true, true) => "refused (no reason given)".to_owned(),
         (false, true) => reply.reason_code.clone(),
         (true, false) => reply.detail.clone(),
         (false, false) => format!("{}: {}", reply.reason_code, reply.detail),
-    }
+    };
+    Refusal::new(Some(reply.reason_code.clone()), message)
+}
+
+/// A refusal the participant answered with a status: its ErrorInfo reason
+/// is the code, when it sent one.
+fn refused_by_status(status: &Status) -> Refusal {
+    let code = service_kit::errors::reason_of(status).map(|(_, reason)| reason);
+    Refusal::new(code, described(status))
 }
 
 fn described(status: &Status) -> String {
@@ -218,7 +228,10 @@ mod tests {
             ),
             (
                 act(Outcome::Refused as i32, "UNSHIPPABLE", "sku-x"),
-                StepOutcome::Refused("UNSHIPPABLE: sku-x".into()),
+                StepOutcome::Refused(Refusal::new(
+                    Some("UNSHIPPABLE".into()),
+                    "UNSHIPPABLE: sku-x",
+                )),
             ),
             (
                 act(Outcome::Refused as i32, "", ""),
@@ -239,6 +252,16 @@ mod tests {
             (
                 Err(Status::already_exists("reused")),
                 StepOutcome::Refused("AlreadyExists: reused".into()),
+            ),
+            (
+                Err(
+                    service_kit::errors::ErrorReason::new("shipping.v1", "UNSHIPPABLE")
+                        .status(Code::FailedPrecondition, "sku-x cannot be shipped"),
+                ),
+                StepOutcome::Refused(Refusal::new(
+                    Some("UNSHIPPABLE".into()),
+                    "FailedPrecondition: sku-x cannot be shipped",
+                )),
             ),
             (
                 Err(Status::unavailable("down")),

@@ -187,7 +187,12 @@ async fn a_cancelled_saga_page_shows_the_refusal_and_the_refund() {
         assert_eq!(page.errors()[0], "");
         assert!(page.errors()[1].ends_with(refusal), "{:?}", page.errors());
         assert!(page.reason.starts_with("Why: "), "{:?}", page.reason);
-        assert!(page.reason.ends_with(refusal), "{:?}", page.reason);
+        assert!(
+            page.reason
+                .ends_with(&format!("{refusal} [INSUFFICIENT_STOCK]")),
+            "the refusal's words, then its code: {:?}",
+            page.reason
+        );
         page.assert_durations_shown();
         records_show(b, "payment", &[("charge", "applied"), ("refund", "undone")]).await;
         records_show(b, "inventory", &[("deduct", "refused")]).await;
@@ -243,7 +248,12 @@ async fn html_in_a_customer_id_shows_as_text_on_its_saga_page() {
         // payment-svc's refusal names the customer: the error text is HTML too.
         let refusal = format!("customer {XSS:?} has no account");
         assert!(page.errors()[0].ends_with(&refusal), "{:?}", page.errors());
-        assert!(page.reason.ends_with(&refusal), "{:?}", page.reason);
+        assert!(
+            page.reason
+                .ends_with(&format!("{refusal} [ACCOUNT_NOT_FOUND]")),
+            "{:?}",
+            page.reason
+        );
         let timeline = b
             .eval(
                 "return [...document.querySelectorAll('#timeline .detail')].some(d => d.textContent.includes(arguments[0]));",
