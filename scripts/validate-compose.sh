@@ -30,15 +30,21 @@ trap 'rm -rf "$project"' EXIT
 # Validated with tokens as ./scripts/compose-env.sh would write them (in the
 # environment, so no .env file is read or written here), without and with the
 # optional `tracing` profile (Jaeger, the services exporting to it)...
-ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service \
+ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service CLIENT_TOKEN=validate-client \
     "${compose[@]}" --project-directory "$project" -f "$compose_file" config -q
-ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317 \
+ADMIN_TOKEN=validate-admin SERVICE_TOKEN=validate-service CLIENT_TOKEN=validate-client OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317 \
     "${compose[@]}" --project-directory "$project" -f "$compose_file" --profile tracing config -q
-# ...and refused without them: the stack never starts with open admin or
-# saga RPCs by accident.
-if env -u ADMIN_TOKEN -u SERVICE_TOKEN \
-    "${compose[@]}" --project-directory "$project" -f "$compose_file" config -q 2>/dev/null; then
-    echo "validate-compose: $compose_file accepts a start without ADMIN_TOKEN/SERVICE_TOKEN" >&2
-    exit 1
-fi
+# ...and refused without any one of them: the stack never starts with open
+# admin, saga or client RPCs by accident.
+for missing in ADMIN_TOKEN SERVICE_TOKEN CLIENT_TOKEN; do
+    tokens=()
+    for name in ADMIN_TOKEN SERVICE_TOKEN CLIENT_TOKEN; do
+        [ "$name" = "$missing" ] || tokens+=("$name=validate")
+    done
+    if env -u ADMIN_TOKEN -u SERVICE_TOKEN -u CLIENT_TOKEN "${tokens[@]}" \
+        "${compose[@]}" --project-directory "$project" -f "$compose_file" config -q 2>/dev/null; then
+        echo "validate-compose: $compose_file accepts a start without $missing" >&2
+        exit 1
+    fi
+done
 echo "validate-compose: $compose_file is valid, also with --profile tracing (and refuses to start without tokens)"
