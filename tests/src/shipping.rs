@@ -196,6 +196,14 @@ impl ShippingProcess {
         process::log_tail(self.log.path(), 20).join("\n")
     }
 
+    /// The last `n` lines of its log that contain `needle` (a request id),
+    /// over every life, for a failure message.
+    pub fn log_lines_with(&self, needle: &str, n: usize) -> String {
+        let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(needle)).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     fn command(&self) -> Result<Command, String> {
         let stderr = self
             .log

@@ -227,11 +227,17 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
     }
     // A MongoDB of its own, whose transaction lifetime (5 s) bounds what a
     // transaction left open by the SIGKILL holds locked.
-    let server = tokio::task::spawn_blocking(|| {
-        MongoServer::start(ServerOptions {
-            transaction_lifetime_seconds: Some(5),
-            ..ServerOptions::default()
-        })
+    let logs = tempfile::tempdir().expect("a directory for the server's log");
+    let server_log = logs.path().join("secantusdb.log");
+    let server = tokio::task::spawn_blocking({
+        let log = server_log.clone();
+        move || {
+            MongoServer::start(ServerOptions {
+                transaction_lifetime_seconds: Some(5),
+                log: Some(log),
+                ..ServerOptions::default()
+            })
+        }
     })
     .await
     .expect("join")
@@ -274,13 +280,45 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
     // One poller at a time: by the time the first saga ended, most others
     // have too.
     let mut sagas = Vec::with_capacity(started.len());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     for id in &started {
-        sagas.push(wait_terminal(addr, id, Duration::from_secs(180)).await);
+        sagas.push(terminal_or_explain(addr, id, deadline, &shipping, &server_log).await);
     }
     audit(&stack, &shipping, &sagas).await;
     stack.stop().await;
     drop(shipping);
     drop(server);
+}
+
+/// The saga once terminal; past `deadline`, a panic that shows what the
+/// shipping participant and its MongoDB logged about the saga's shipping
+/// step, so that a hang explains itself.
+async fn terminal_or_explain(
+    addr: std::net::SocketAddr,
+    saga_id: &str,
+    deadline: tokio::time::Instant,
+    shipping: &ShippingProcess,
+    server_log: &std::path::Path,
+) -> pb::Saga {
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let waited = tokio::spawn({
+        let saga_id = saga_id.to_owned();
+        async move { wait_terminal(addr, &saga_id, left).await }
+    })
+    .await;
+    match waited {
+        Ok(saga) => saga,
+        Err(_) => {
+            let request_id = format!("{saga_id}:shipping");
+            panic!(
+                "saga {saga_id} not terminal within the deadline; shipping's log about {request_id}:\n{}\n\
+                 shipping's last lines:\n{}\nits MongoDB's last lines:\n{}",
+                shipping.log_lines_with(&request_id, 30),
+                shipping.log_tail(),
+                saga_tests::process::log_tail(server_log, 40).join("\n"),
+            )
+        }
+    }
 }
 
 /// The kill scenario's checks over every saga and the shipping

@@ -1,9 +1,10 @@
 /**
  * The NestJS module: the two gRPC controllers and what they are given (the
- * barrier over the MongoDB store, the token policy), built from the
+ * barrier over the MongoDB store, the token policy, the admission gate), built from the
  * configuration by `main.ts`.
  */
 import { Module, type DynamicModule } from '@nestjs/common';
+import { Admission } from './admission.js';
 import { TokenPolicy } from './auth.js';
 import { Barrier } from './barrier.js';
 import type { Config } from './config.js';
@@ -21,6 +22,7 @@ export class AppModule {
         { provide: STORE, useValue: store },
         { provide: Barrier, useValue: new Barrier(store, config.historyRetentionSeconds) },
         { provide: TokenPolicy, useValue: new TokenPolicy(config.serviceToken, config.adminToken) },
+        { provide: Admission, useValue: new Admission(config.maxInFlight) },
       ],
     };
   }

@@ -4,6 +4,7 @@
  * machine. Every problem is one line naming the variable, and the service does
  * not start.
  */
+import { DEFAULT_MAX_IN_FLIGHT } from './admission.js';
 
 /** Seven days: keep days, not minutes (docs/participant-protocol.md). */
 export const DEFAULT_HISTORY_RETENTION_SECONDS = 7 * 24 * 3600;
@@ -28,13 +29,15 @@ export interface Config {
   historyRetentionSeconds: number;
   /** Product ids seeded into `shipping_rules` as unshippable at start-up. */
   unshippableProducts: string[];
+  /** Most Act/Compensate calls at work at once; more are refused UNAVAILABLE (admission.ts). */
+  maxInFlight: number;
 }
 
 export class ConfigError extends Error {}
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const retention = seconds(env, 'HISTORY_RETENTION_SECONDS', DEFAULT_HISTORY_RETENTION_SECONDS);
-  const minimum = seconds(env, 'MIN_HISTORY_RETENTION_SECONDS', DEFAULT_MIN_HISTORY_RETENTION_SECONDS);
+  const retention = positive(env, 'HISTORY_RETENTION_SECONDS', DEFAULT_HISTORY_RETENTION_SECONDS, 'seconds');
+  const minimum = positive(env, 'MIN_HISTORY_RETENTION_SECONDS', DEFAULT_MIN_HISTORY_RETENTION_SECONDS, 'seconds');
   if (retention < minimum) {
     throw new ConfigError(
       `HISTORY_RETENTION_SECONDS=${retention} is below the minimum ${minimum} s ` +
@@ -53,14 +56,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       .split(',')
       .map((id) => id.trim())
       .filter((id) => id.length > 0),
+    maxInFlight: positive(env, 'SHIPPING_MAX_IN_FLIGHT', DEFAULT_MAX_IN_FLIGHT, 'calls'),
   };
 }
 
-function seconds(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+function positive(env: NodeJS.ProcessEnv, name: string, fallback: number, unit: string): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   if (!/^[0-9]+$/.test(raw) || !Number.isSafeInteger(Number(raw)) || Number(raw) === 0) {
-    throw new ConfigError(`${name}=${JSON.stringify(raw)}: expected a positive whole number of seconds`);
+    throw new ConfigError(`${name}=${JSON.stringify(raw)}: expected a positive whole number of ${unit}`);
   }
   return Number(raw);
 }

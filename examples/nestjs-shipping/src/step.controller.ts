@@ -1,12 +1,13 @@
 /**
  * participant.v1.SagaStepService over NestJS's gRPC transport: a thin adapter
- * that checks the token, validates the call, hands it to the barrier with the
- * call's deadline, logs one line, and turns failures into status codes
+ * that checks the token, validates the call, admits it (admission.ts) and hands
+ * it to the barrier with the call's deadline, logs one line, and turns failures into status codes
  * (errors.ts). The rules themselves live in barrier.ts.
  */
 import { Controller, Inject } from '@nestjs/common';
 import { GrpcMethod } from '@nestjs/microservices';
 import type { Metadata, ServerUnaryCall } from '@grpc/grpc-js';
+import { Admission } from './admission.js';
 import { TokenPolicy } from './auth.js';
 import { Barrier } from './barrier.js';
 import { describe, toRpcException } from './errors.js';
@@ -19,6 +20,7 @@ export class StepController {
   constructor(
     @Inject(Barrier) private readonly barrier: Barrier,
     @Inject(TokenPolicy) private readonly tokens: TokenPolicy,
+    @Inject(Admission) private readonly admission: Admission,
   ) {}
 
   @GrpcMethod('SagaStepService', 'Act')
@@ -54,7 +56,9 @@ export class StepController {
     };
     try {
       this.tokens.requireService(metadata);
-      const reply = await run(checkStepCall(request), deadlineOf(call));
+      const checked = checkStepCall(request);
+      const deadline = deadlineOf(call);
+      const reply = await this.admission.run(deadline, () => run(checked, deadline));
       log('info', method, { ...fields, ...reply, duration_ms: Date.now() - started });
       return reply;
     } catch (error) {
