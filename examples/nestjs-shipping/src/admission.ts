@@ -1,48 +1,82 @@
 /**
- * Which calls this participant takes on.
+ * Which calls this participant takes on, and when.
  *
  * The orchestrator retries a call that timed out, with the same request id.
  * A participant that keeps working on calls it can no longer answer in time,
- * and takes on every retry of them besides, multiplies its own load exactly
- * when it is slowest: against a MongoDB starved of CPU, 100 sagas' retries
- * piled up until a single transaction took 70 s and every call timed out —
- * the step never completed. So a call is refused UNAVAILABLE at once, with
- * nothing done, when its deadline has already passed (it waited that long to
- * be read) or when `maxInFlight` calls are already running (abandoned ones
- * included, until their transaction ends). UNAVAILABLE is the contract's
- * "retry later"; the orchestrator backs off before it does, and the
- * operationHistory makes the retry safe.
+ * and starts every retry of them at once besides, multiplies its own load
+ * exactly when it is slowest: against a MongoDB starved of CPU, 100 sagas'
+ * retries piled up until a single transaction took 70 s and every call timed
+ * out — the step never completed. So at most `maxInFlight` calls work at
+ * once (abandoned ones included, until their transaction ends); a call
+ * beyond that waits its turn in arrival order, but only while its deadline
+ * leaves time (a call without one waits up to `NO_DEADLINE_BUDGET_MS`), and
+ * a call whose deadline has passed is never started. Either refusal is
+ * UNAVAILABLE with nothing done: the contract's "retry later", which the
+ * orchestrator does after its backoff and the operationHistory makes safe.
  */
 import { Unavailable } from './errors.js';
-import { DEADLINE_MARGIN_MS } from './transaction.js';
+import { DEADLINE_MARGIN_MS, NO_DEADLINE_BUDGET_MS } from './transaction.js';
 
 /** Most Act/Compensate calls at work at once, by default. */
 export const DEFAULT_MAX_IN_FLIGHT = 32;
 
+interface Waiter {
+  admit: () => void;
+  timer: NodeJS.Timeout;
+}
+
 export class Admission {
   private running = 0;
+  private readonly waiting: Waiter[] = [];
 
   constructor(readonly maxInFlight: number = DEFAULT_MAX_IN_FLIGHT) {}
 
-  /** Calls in flight now. */
+  /** Calls at work now. */
   get inFlight(): number {
     return this.running;
   }
 
-  /** Runs `work` for a call due by `deadline` (ms since the epoch), or refuses it. */
+  /** Calls waiting for their turn now. */
+  get queued(): number {
+    return this.waiting.length;
+  }
+
+  /** Runs `work` for a call due by `deadline` (ms since the epoch, or Infinity), or refuses it. */
   async run<T>(deadline: number, work: () => Promise<T>): Promise<T> {
+    const until = Number.isFinite(deadline) ? deadline - DEADLINE_MARGIN_MS : Date.now() + NO_DEADLINE_BUDGET_MS;
     const now = Date.now();
-    if (now >= deadline - DEADLINE_MARGIN_MS) {
+    if (now >= until) {
       throw new Unavailable(`the call's deadline passed before it was started (${now - deadline} ms ago); nothing was done`);
     }
-    if (this.running >= this.maxInFlight) {
-      throw new Unavailable(`overloaded: ${this.running} calls in flight (SHIPPING_MAX_IN_FLIGHT); nothing was done`);
-    }
+    if (this.running >= this.maxInFlight) await this.turn(until);
     this.running += 1;
     try {
       return await work();
     } finally {
       this.running -= 1;
+      this.waiting.shift()?.admit();
     }
+  }
+
+  /** Resolves when a place frees up (the caller then takes it), or rejects at `until`. */
+  private turn(until: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        admit: () => {
+          clearTimeout(waiter.timer);
+          resolve();
+        },
+        timer: setTimeout(() => {
+          const at = this.waiting.indexOf(waiter);
+          if (at >= 0) this.waiting.splice(at, 1);
+          reject(
+            new Unavailable(
+              `overloaded: ${this.running} calls in flight (SHIPPING_MAX_IN_FLIGHT) until the call's deadline; nothing was done`,
+            ),
+          );
+        }, until - Date.now()),
+      };
+      this.waiting.push(waiter);
+    });
   }
 }

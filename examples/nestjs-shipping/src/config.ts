@@ -29,7 +29,7 @@ export interface Config {
   historyRetentionSeconds: number;
   /** Product ids seeded into `shipping_rules` as unshippable at start-up. */
   unshippableProducts: string[];
-  /** Most Act/Compensate calls at work at once; more are refused UNAVAILABLE (admission.ts). */
+  /** Most Act/Compensate calls at work at once; more wait within their deadline (admission.ts). */
   maxInFlight: number;
 }
 

@@ -1,12 +1,25 @@
 /**
  * Load shedding (src/admission.ts): a call whose deadline has passed is not
- * started, and no more than `maxInFlight` calls run at once; both refusals
- * are UNAVAILABLE (retry later) with the work never run.
+ * started; no more than `maxInFlight` calls work at once, the others wait in
+ * arrival order while their deadline leaves time and are refused
+ * UNAVAILABLE, never run, when it does not.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Admission } from '../src/admission.js';
 import { Unavailable } from '../src/errors.js';
+
+/** A call that works until it is released. */
+function held(admission: Admission, deadline: number, order: string[], name: string) {
+  let release = () => {};
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const done = admission.run(deadline, async () => {
+    order.push(name);
+    await released;
+    return name;
+  });
+  return { done, release: () => release() };
+}
 
 describe('admission', () => {
   it('refuses a call whose deadline has passed, without running it', async () => {
@@ -22,29 +35,49 @@ describe('admission', () => {
     assert.equal(await admission.run(Infinity, work), 'done', 'a call without a deadline is taken');
   });
 
-  it('runs at most maxInFlight calls at once and frees a place when one ends', async () => {
+  it('works at most maxInFlight calls at once; the next waits and runs, in arrival order, when a place frees', async () => {
     const admission = new Admission(2);
-    const releases: Array<() => void> = [];
-    const held = () =>
-      admission.run(Infinity, () => new Promise<string>((resolve) => releases.push(() => resolve('held'))));
-    const first = held();
-    const second = held();
+    const order: string[] = [];
+    const soon = Date.now() + 10_000;
+    const a = held(admission, soon, order, 'a');
+    const b = held(admission, soon, order, 'b');
+    const c = held(admission, soon, order, 'c');
+    const d = held(admission, soon, order, 'd');
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(order, ['a', 'b']);
     assert.equal(admission.inFlight, 2);
+    assert.equal(admission.queued, 2);
+    a.release();
+    assert.equal(await a.done, 'a');
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(order, ['a', 'b', 'c'], 'c, the first to wait, took the place');
+    assert.equal(admission.inFlight, 2);
+    b.release();
+    c.release();
+    d.release();
+    assert.deepEqual(await Promise.all([b.done, c.done, d.done]), ['b', 'c', 'd']);
+    assert.equal(admission.inFlight, 0);
+    assert.equal(admission.queued, 0);
+  });
+
+  it('refuses a waiting call at its deadline, never running it', async () => {
+    const admission = new Admission(1);
+    const order: string[] = [];
+    const busy = held(admission, Infinity, order, 'busy');
     let ran = false;
+    const started = Date.now();
     await assert.rejects(
-      admission.run(Infinity, async () => {
+      admission.run(Date.now() + 400, async () => {
         ran = true;
       }),
-      (e) => e instanceof Unavailable && /overloaded: 2 calls in flight/.test(e.message),
+      (e) => e instanceof Unavailable && /overloaded: 1 calls in flight/.test(e.message),
     );
     assert.equal(ran, false);
-    releases[0]!();
-    assert.equal(await first, 'held');
-    assert.equal(admission.inFlight, 1);
+    assert.ok(Date.now() - started < 400, 'refused before its deadline (less the answer margin)');
+    assert.equal(admission.queued, 0);
+    busy.release();
+    assert.equal(await busy.done, 'busy');
     assert.equal(await admission.run(Infinity, async () => 'after'), 'after');
-    releases[1]!();
-    assert.equal(await second, 'held');
-    assert.equal(admission.inFlight, 0);
   });
 
   it('frees its place when the work fails', async () => {
