@@ -68,6 +68,7 @@ summary() {
          /^loadgen smoke: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
          /^examples: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
          END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+    echo "test command: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     if [ "$status" -ne 0 ]; then
         show_failures
         echo "FAILED at stage: $stage (exit $status)"
