@@ -51,7 +51,12 @@ pub fn run(seed: u64, defect: Option<Defect>) -> Report {
         .build();
     let report = match runtime {
         Ok(runtime) => {
-            let report = runtime.block_on(World::new(seed).run());
+            // The world is built inside the runtime: its start instants must
+            // be read from the paused clock. Outside it, tokio's
+            // `Instant::now()` reads the real clock, and the real time
+            // between building the runtime and building the world (a few ms
+            // on a loaded machine) would shift every simulated instant.
+            let report = runtime.block_on(async move { World::new(seed).run().await });
             runtime.shutdown_background();
             report
         }
