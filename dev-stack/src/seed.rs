@@ -88,26 +88,45 @@ pub const DEMO_ORDERS: [(&str, &str, &str, i64, i64); 3] = [
 
 /// Places [`DEMO_ORDERS`] through the orchestrator's own CreateOrder (a
 /// restart finds them by request id and places nothing), one after the
-/// other, each waited for.
+/// other, each waited for. The orchestrator answers UNAVAILABLE until it is
+/// ready (its store open, its recovery sweep started), which on a loaded
+/// machine outlasts the first call: an UNAVAILABLE order is sent again,
+/// same request id, with backoff (up to ~1 min in all).
 pub async fn demo_orders(
     orchestrator_channel: service_kit::channel::GrpcChannel,
 ) -> Result<(), tonic::Status> {
+    use backon::{BackoffBuilder, ExponentialBuilder};
     use saga_proto::saga::v1 as saga;
     let mut orders = saga::order_service_client::OrderServiceClient::new(orchestrator_channel);
     for (request_id, customer_id, product_id, quantity, unit_price_cents) in DEMO_ORDERS {
-        let placed = orders
-            .create_order(saga::CreateOrderRequest {
-                request_id: request_id.to_owned(),
-                customer_id: customer_id.to_owned(),
-                items: vec![saga::OrderItem {
-                    product_id: product_id.to_owned(),
-                    quantity,
-                    unit_price_cents,
-                }],
-                wait: true,
-            })
-            .await?
-            .into_inner();
+        let request = saga::CreateOrderRequest {
+            request_id: request_id.to_owned(),
+            customer_id: customer_id.to_owned(),
+            items: vec![saga::OrderItem {
+                product_id: product_id.to_owned(),
+                quantity,
+                unit_price_cents,
+            }],
+            wait: true,
+        };
+        let mut backoff = ExponentialBuilder::default()
+            .with_min_delay(std::time::Duration::from_millis(100))
+            .with_max_delay(std::time::Duration::from_secs(2))
+            .with_max_times(40)
+            .build();
+        let placed = loop {
+            match orders.create_order(request.clone()).await {
+                Ok(reply) => break reply.into_inner(),
+                Err(status) if status.code() == tonic::Code::Unavailable => match backoff.next() {
+                    Some(delay) => {
+                        tracing::debug!(request_id, %status, "orchestrator not ready; demo order sent again");
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => return Err(status),
+                },
+                Err(status) => return Err(status),
+            }
+        };
         tracing::info!(request_id, saga_id = %placed.saga_id, status = ?placed.status(), created = placed.created, "demo order");
     }
     Ok(())
