@@ -17,31 +17,42 @@ pub const DEMO_PRODUCTS: [(&str, i64); 2] = [("sku-apple", 1_000), ("sku-pear", 
 pub async fn seed_when_up(
     config: &crate::config::SeedConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use backon::{BackoffBuilder, ExponentialBuilder};
     let admin = config.admin.build()?;
     let payment = orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?;
     let inventory = orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?;
+    seed_once_ready(payment, inventory, &admin).await?;
+    Ok(())
+}
+
+/// [`seed`], sent again with backoff (200 ms to 3 s, up to 40 times) while
+/// a participant cannot take it yet: unreachable, or UNAVAILABLE until its
+/// store is open. `dev` seeds the participants it has just started, which
+/// on a loaded machine are not ready at the first call either.
+pub async fn seed_once_ready(
+    payment: service_kit::channel::GrpcChannel,
+    inventory: service_kit::channel::GrpcChannel,
+    admin: &service_kit::auth::TokenAuth,
+) -> Result<(), tonic::Status> {
+    use backon::{BackoffBuilder, ExponentialBuilder};
     let mut backoff = ExponentialBuilder::default()
         .with_min_delay(std::time::Duration::from_millis(200))
         .with_max_delay(std::time::Duration::from_secs(3))
         .with_max_times(40)
         .build();
     loop {
-        match seed(payment.clone(), inventory.clone(), &admin).await {
+        match seed(payment.clone(), inventory.clone(), admin).await {
             Ok(()) => {
                 tracing::info!("demo data seeded");
                 return Ok(());
             }
             // A wrong or missing token does not get better by waiting.
-            Err(status) if status.code() == tonic::Code::Unauthenticated => {
-                return Err(status.into());
-            }
+            Err(status) if status.code() == tonic::Code::Unauthenticated => return Err(status),
             Err(status) => match backoff.next() {
                 Some(delay) => {
                     tracing::warn!(%status, "participants not ready; retrying seed");
                     tokio::time::sleep(delay).await;
                 }
-                None => return Err(status.into()),
+                None => return Err(status),
             },
         }
     }

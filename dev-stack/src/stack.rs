@@ -244,7 +244,7 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
         servers.inventory,
     ));
 
-    crate::seed::seed(payment_channel, inventory_channel, &options.admin).await?;
+    crate::seed::seed_once_ready(payment_channel, inventory_channel, &options.admin).await?;
     let mut settings = config.engine.settings(config.orchestrator_listen)?;
     settings.retention = retention;
     settings.retention.set_windows(&limits, history.keep);
