@@ -69,10 +69,15 @@ async fn watch_saga_streams_every_state_until_terminal() {
         versions.windows(2).all(|w| w[0] < w[1]),
         "strictly newer states: {versions:?}"
     );
+    // Two changes may arrive as one message (WatchSaga's contract), so the
+    // COMPENSATING state itself may be skipped under load; its transition
+    // is in the history every message carries.
     assert!(
-        states
+        last.history
             .iter()
-            .any(|s| s.status() == pb::SagaStatus::Compensating)
+            .any(|t| t.step.is_empty() && t.to == "compensating"),
+        "the saga compensated: {:?}",
+        last.history
     );
     // Every transition reached the watcher (in the history it carries).
     let stored =
