@@ -312,6 +312,16 @@ impl Tour {
         let sagas = create_sagas(&stack).await;
         let mut b = Browser::borrow(&chromedriver).await;
         b.open(&stack.url("/")).await;
+        // The list's script has run (its handlers are attached) once it
+        // marked the list loaded; a scenario that acts at once must not
+        // act on a page whose script has not (seen in CI: a status filter
+        // set before the script ran was reset by it and never applied).
+        b.wait_for(
+            "the list loaded by its script",
+            "return document.getElementById('sagas').dataset.loaded === 'true';",
+            vec![],
+        )
+        .await;
         Some(Tour { stack, sagas, b })
     }
 
