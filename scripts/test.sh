@@ -55,6 +55,8 @@ skip() {
 
 log=$(mktemp)
 stage="start"
+# When a stage began, in the run's time, so a slow stage is seen.
+at() { printf '[at %d min %02d s]' $((SECONDS / 60)) $((SECONDS % 60)); }
 summary() {
     local status=$?
     if [ ${#skipped_stages[@]} -gt 0 ]; then
@@ -115,7 +117,7 @@ run_tool() {
 }
 
 stage="preflight"
-echo "== $stage: what this run needs, before anything is built"
+echo "== $stage: what this run needs, before anything is built $(at)"
 skips=()
 [ "$skip_browser" = 0 ] || skips+=(--skip-browser)
 [ "$skip_mongo" = 0 ] || skips+=(--skip-mongo)
@@ -124,24 +126,24 @@ skips=()
 
 # The quick checks first: none of them builds anything.
 stage="cargo fmt --check"
-echo "== $stage"
+echo "== $stage $(at)"
 cargo fmt --all -- --check
 stage="document links"
-echo "== $stage"
+echo "== $stage $(at)"
 ./scripts/check-doc-links.sh
 stage="Kubernetes manifests"
-echo "== $stage (deploy/kubernetes, offline: kubernetes-validate)"
+echo "== $stage (deploy/kubernetes, offline: kubernetes-validate) $(at)"
 ./scripts/validate-kubernetes.sh
 stage="compose.yaml"
 if [ "$skip_compose" = 1 ]; then
     skip compose.yaml "--skip-compose: compose.yaml is not validated"
 else
-    echo "== $stage"
+    echo "== $stage $(at)"
     ./scripts/validate-compose.sh
 fi
 
 stage="cargo clippy"
-echo "== $stage"
+echo "== $stage $(at)"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
 
 stage="MongoDB target"
@@ -153,9 +155,9 @@ if [ "$skip_mongo" = 1 ]; then
     backends=(embedded)
 else
     if [ -n "${MONGODB_URI:-}" ]; then
-        echo "== MongoDB target: real MongoDB (MONGODB_URI is set); SecantusDB too, for the tests that stop their server, set its transaction lifetime or inject failpoints"
+        echo "== MongoDB target: real MongoDB (MONGODB_URI is set); SecantusDB too, for the tests that stop their server, set its transaction lifetime or inject failpoints $(at)"
     else
-        echo "== MongoDB target: SecantusDB, a MongoDB-compatible server over WiredTiger (no MONGODB_URI); preparing it"
+        echo "== MongoDB target: SecantusDB, a MongoDB-compatible server over WiredTiger (no MONGODB_URI); preparing it $(at)"
     fi
     ./scripts/secantusdb.sh --setup-only >/dev/null
     # The MongoDB suites must run, never skip, in this command.
@@ -166,7 +168,7 @@ stage="browser"
 if [ "$skip_browser" = 1 ]; then
     skip browser "--skip-browser: no browser is prepared; the console's browser test runs only if a chromedriver is on PATH, and skips otherwise"
 else
-    echo "== browser: Chromium + chromedriver for the console test (Debian's, installed when missing)"
+    echo "== browser: Chromium + chromedriver for the console test (Debian's, installed when missing) $(at)"
     CHROMEDRIVER="$(./scripts/browser.sh --setup-only)"
     echo "chromedriver: $CHROMEDRIVER"
     # The console test drives that browser and must run, never skip, here.
@@ -177,7 +179,7 @@ stage="cargo build"
 # Tests that start the services as processes (chaos, kill -9, MongoDB
 # failpoints) need every binary; `cargo test` builds only the binaries of
 # packages that have integration tests, so build them all first.
-echo "== cargo build (every binary, for the tests that start them as processes)"
+echo "== cargo build (every binary, for the tests that start them as processes) $(at)"
 cargo build --locked --workspace --bins --quiet
 
 stage="examples build"
@@ -185,25 +187,25 @@ if [ "$skip_mongo" = 1 ]; then
     skip "examples build" "the NestJS participant's end-to-end tests need the MongoDB target"
 else
     # The end-to-end tests with the NestJS shipping step start its built app.
-    echo "== examples build: npm ci && npm run build (the NestJS step's end-to-end tests start it)"
+    echo "== examples build: npm ci && npm run build (the NestJS step's end-to-end tests start it) $(at)"
     run_tool ./scripts/test-examples.sh --build-only
     export REQUIRE_EXAMPLES=1
 fi
 
 stage="cargo test"
-echo "== cargo test (embedded stores$([ "$skip_mongo" = 1 ] || echo " and MongoDB"))"
+echo "== cargo test (embedded stores$([ "$skip_mongo" = 1 ] || echo " and MongoDB")) $(at)"
 cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
 
 stage="examples"
 if [ "$skip_mongo" = 1 ]; then
     skip examples "the NestJS participant's tests need the MongoDB target"
 else
-    echo "== examples in other languages: the NestJS participant on SecantusDB, the Node client on the dev stack"
+    echo "== examples in other languages: the NestJS participant on SecantusDB, the Node client on the dev stack $(at)"
     run_tool ./scripts/test-examples.sh --built
 fi
 
 stage="chaos soak"
-echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on ${backends[*]}"
+echo "== chaos soak (short): 300 sagas on 2 orchestrators sharing one store, a SIGKILL left to lease takeover, contention for the last units and cents, faults; on ${backends[*]} $(at)"
 for backend in "${backends[@]}"; do
     stage="chaos soak ($backend)"
     run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
@@ -212,12 +214,12 @@ done
 # The same soak with a third, generic step (loyalty-svc, participant.v1.SagaStepService):
 # 42 s here on the embedded store, so it runs in the test command on that one.
 stage="chaos soak (embedded, 3 steps)"
-echo "== chaos soak (short) with a third, generic step: loyalty-svc faulted and SIGKILLed like the participants, its points audited; embedded"
+echo "== chaos soak (short) with a third, generic step: loyalty-svc faulted and SIGKILLed like the participants, its points audited; embedded $(at)"
 run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
     --contention-orders 40 --retention-pass --backend embedded --third-step loyalty
 
 stage="loadgen smoke"
-echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings"
+echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings $(at)"
 for backend in "${backends[@]}"; do
     stage="loadgen smoke ($backend)"
     run_tool ./target/debug/loadgen --smoke --backend "$backend"
