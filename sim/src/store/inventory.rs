@@ -4,9 +4,7 @@
 //! transaction ([`super::history::transact`]).
 
 use super::history::{Effect, History, MemError, run, transact};
-use crate::disk::Disk;
-use crate::events::Events;
-use crate::host::Incarnation;
+use super::participant::{MemParticipantStore, ParticipantState, Tx};
 use async_trait::async_trait;
 use inventory_svc::store::stock::{self, LineStatus, RecordedLine, StockTx};
 use inventory_svc::store::{
@@ -15,10 +13,9 @@ use inventory_svc::store::{
 };
 use participant_kit::counter::Add;
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, HistoryExpiry, HistoryTx, LoggedOperation,
-    OperationLog, OperationRecord, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    ParticipantError,
 };
-use service_kit::clock::SharedClock;
 use service_kit::purge::PurgeBatch;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,52 +45,7 @@ pub struct InventoryState {
 /// The committed state, shared by every incarnation of inventory-svc.
 pub type SharedInventory = Arc<Mutex<InventoryState>>;
 
-struct Tx<'s> {
-    state: &'s mut InventoryState,
-    request_id: String,
-    call: &'static str,
-    now_ms: i64,
-}
-
-impl Tx<'_> {
-    fn moved(&mut self, subject: &str, delta: i64) {
-        self.state.effects.push(Effect {
-            request_id: self.request_id.clone(),
-            call: self.call,
-            subject: subject.to_owned(),
-            delta,
-        });
-    }
-}
-
-impl HistoryTx for Tx<'_> {
-    type Error = MemError;
-
-    async fn insert(&mut self, record: &OperationRecord) -> Result<bool, MemError> {
-        Ok(self.state.history.insert(record, self.now_ms))
-    }
-
-    async fn insert_or_get(
-        &mut self,
-        record: &OperationRecord,
-    ) -> Result<Option<OperationRecord>, MemError> {
-        let existing = self.state.history.get(&record.request_id, &record.kind);
-        if existing.is_none() {
-            self.state.history.insert(record, self.now_ms);
-        }
-        Ok(existing)
-    }
-
-    async fn get(
-        &mut self,
-        request_id: &str,
-        kind: &str,
-    ) -> Result<Option<OperationRecord>, MemError> {
-        Ok(self.state.history.get(request_id, kind))
-    }
-}
-
-impl StockTx for Tx<'_> {
+impl StockTx for Tx<'_, InventoryState> {
     async fn available(&mut self, product_id: &str) -> Result<Option<i64>, MemError> {
         Ok(self.state.products.get(product_id).copied())
     }
@@ -177,82 +129,29 @@ fn lines_of<'a>(
         .map(|(_, l)| l)
 }
 
+impl ParticipantState for InventoryState {
+    const SERVICE: &'static str = "inventory-svc";
+    const DISK: &'static str = "inventory";
+
+    fn history(&mut self) -> &mut History {
+        &mut self.history
+    }
+
+    fn effects(&mut self) -> &mut Vec<Effect> {
+        &mut self.effects
+    }
+}
+
 /// A handle on inventory-svc's store for one incarnation.
-pub struct MemInventoryStore {
-    state: SharedInventory,
-    disk: Disk,
-    incarnation: Incarnation,
-    clock: SharedClock,
-    events: Events,
-}
-
-impl MemInventoryStore {
-    /// A handle on `state` for `incarnation` (see
-    /// [`super::MemPaymentStore::new`]).
-    pub fn new(
-        state: SharedInventory,
-        disk: Disk,
-        incarnation: Incarnation,
-        clock: SharedClock,
-        events: Events,
-    ) -> MemInventoryStore {
-        MemInventoryStore {
-            state,
-            disk,
-            incarnation,
-            clock,
-            events,
-        }
-    }
-
-    /// A fresh store outside any simulated run (its conformance tests).
-    pub fn standalone() -> MemInventoryStore {
-        MemInventoryStore::new(
-            SharedInventory::default(),
-            Disk::instant("inventory"),
-            Incarnation::new(),
-            service_kit::clock::system(),
-            Events::new(),
-        )
-    }
-
-    async fn call<T>(
-        &self,
-        name: &'static str,
-        request_id: &str,
-        call: impl FnOnce(&mut InventoryState, i64) -> Result<T, ParticipantError>,
-    ) -> Result<T, ParticipantError> {
-        let (state, now_ms) = (self.state.clone(), self.clock.now_ms());
-        let events = self.events.clone();
-        let request_id = request_id.to_owned();
-        self.disk
-            .io(&self.incarnation, name, move || {
-                let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-                if state.history.purged.contains(&request_id) {
-                    events.violated(
-                        "no call past the send window",
-                        format!("inventory-svc received {name} {request_id} after the retention deleted its records"),
-                    );
-                }
-                call(&mut state, now_ms)
-            })
-            .await
-            .map_err(|e| ParticipantError::Store(e.to_string()))?
-    }
-}
+pub type MemInventoryStore = MemParticipantStore<InventoryState>;
 
 fn tx<'s>(
     state: &'s mut InventoryState,
     request_id: &str,
     call: &'static str,
     now_ms: i64,
-) -> Tx<'s> {
-    Tx {
-        state,
-        request_id: request_id.to_owned(),
-        call,
-        now_ms,
-    }
+) -> Tx<'s, InventoryState> {
+    Tx::new(state, request_id, call, now_ms)
 }
 
 fn line_operation(stored: &StoredLine, request_id: &str) -> ProductOperation {

@@ -8,6 +8,7 @@
 
 pub mod history;
 pub mod inventory;
+pub mod participant;
 pub mod payment;
 pub mod saga;
 

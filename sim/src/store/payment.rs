@@ -4,18 +4,15 @@
 //! ([`super::history::transact`]).
 
 use super::history::{Effect, History, MemError, run, transact};
-use crate::disk::Disk;
-use crate::events::Events;
-use crate::host::Incarnation;
+use super::participant::{MemParticipantStore, ParticipantState, Tx};
 use async_trait::async_trait;
 use participant_kit::counter::{Add, Take};
 use participant_kit::{
-    ActionReply, Admission, CompensationResult, HistoryExpiry, HistoryTx, LoggedOperation,
-    OperationLog, OperationRecord, ParticipantError,
+    ActionReply, Admission, CompensationResult, HistoryExpiry, LoggedOperation, OperationLog,
+    ParticipantError,
 };
 use payment_svc::store::ledger::{self, LedgerTx};
 use payment_svc::store::{AccountView, PaymentStore, Transfer};
-use service_kit::clock::SharedClock;
 use service_kit::purge::PurgeBatch;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -34,53 +31,7 @@ pub struct PaymentState {
 /// The committed state, shared by every incarnation of payment-svc.
 pub type SharedPayment = Arc<Mutex<PaymentState>>;
 
-/// One call's view of the state inside its transaction.
-struct Tx<'s> {
-    state: &'s mut PaymentState,
-    request_id: String,
-    call: &'static str,
-    now_ms: i64,
-}
-
-impl HistoryTx for Tx<'_> {
-    type Error = MemError;
-
-    async fn insert(&mut self, record: &OperationRecord) -> Result<bool, MemError> {
-        Ok(self.state.history.insert(record, self.now_ms))
-    }
-
-    async fn insert_or_get(
-        &mut self,
-        record: &OperationRecord,
-    ) -> Result<Option<OperationRecord>, MemError> {
-        let existing = self.state.history.get(&record.request_id, &record.kind);
-        if existing.is_none() {
-            self.state.history.insert(record, self.now_ms);
-        }
-        Ok(existing)
-    }
-
-    async fn get(
-        &mut self,
-        request_id: &str,
-        kind: &str,
-    ) -> Result<Option<OperationRecord>, MemError> {
-        Ok(self.state.history.get(request_id, kind))
-    }
-}
-
-impl Tx<'_> {
-    fn moved(&mut self, subject: &str, delta: i64) {
-        self.state.effects.push(Effect {
-            request_id: self.request_id.clone(),
-            call: self.call,
-            subject: subject.to_owned(),
-            delta,
-        });
-    }
-}
-
-impl LedgerTx for Tx<'_> {
+impl LedgerTx for Tx<'_, PaymentState> {
     async fn withdraw(&mut self, customer_id: &str, cents: i64) -> Result<Take, MemError> {
         let Some(balance) = self.state.accounts.get_mut(customer_id) else {
             return Ok(Take::Missing);
@@ -109,79 +60,29 @@ impl LedgerTx for Tx<'_> {
     }
 }
 
+impl ParticipantState for PaymentState {
+    const SERVICE: &'static str = "payment-svc";
+    const DISK: &'static str = "payment";
+
+    fn history(&mut self) -> &mut History {
+        &mut self.history
+    }
+
+    fn effects(&mut self) -> &mut Vec<Effect> {
+        &mut self.effects
+    }
+}
+
 /// A handle on payment-svc's store for one incarnation.
-pub struct MemPaymentStore {
-    state: SharedPayment,
-    disk: Disk,
-    incarnation: Incarnation,
-    clock: SharedClock,
-    events: Events,
-}
+pub type MemPaymentStore = MemParticipantStore<PaymentState>;
 
-impl MemPaymentStore {
-    /// A handle on `state` for `incarnation`, its operations scheduled by
-    /// `disk`, its records stamped by `clock`; a call for a request id
-    /// whose records the retention deleted is reported to `events`.
-    pub fn new(
-        state: SharedPayment,
-        disk: Disk,
-        incarnation: Incarnation,
-        clock: SharedClock,
-        events: Events,
-    ) -> MemPaymentStore {
-        MemPaymentStore {
-            state,
-            disk,
-            incarnation,
-            clock,
-            events,
-        }
-    }
-
-    /// A fresh store outside any simulated run (its conformance tests).
-    pub fn standalone() -> MemPaymentStore {
-        MemPaymentStore::new(
-            SharedPayment::default(),
-            Disk::instant("payment"),
-            Incarnation::new(),
-            service_kit::clock::system(),
-            Events::new(),
-        )
-    }
-
-    /// Runs `call` (named `name`) on the state as one store operation.
-    async fn call<T>(
-        &self,
-        name: &'static str,
-        request_id: &str,
-        call: impl FnOnce(&mut PaymentState, i64) -> Result<T, ParticipantError>,
-    ) -> Result<T, ParticipantError> {
-        let (state, now_ms) = (self.state.clone(), self.clock.now_ms());
-        let events = self.events.clone();
-        let request_id = request_id.to_owned();
-        self.disk
-            .io(&self.incarnation, name, move || {
-                let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-                if state.history.purged.contains(&request_id) {
-                    events.violated(
-                        "no call past the send window",
-                        format!("payment-svc received {name} {request_id} after the retention deleted its records"),
-                    );
-                }
-                call(&mut state, now_ms)
-            })
-            .await
-            .map_err(|e| ParticipantError::Store(e.to_string()))?
-    }
-}
-
-fn tx<'s>(state: &'s mut PaymentState, t: &Transfer, call: &'static str, now_ms: i64) -> Tx<'s> {
-    Tx {
-        state,
-        request_id: t.request_id.clone(),
-        call,
-        now_ms,
-    }
+fn tx<'s>(
+    state: &'s mut PaymentState,
+    t: &Transfer,
+    call: &'static str,
+    now_ms: i64,
+) -> Tx<'s, PaymentState> {
+    Tx::new(state, &t.request_id, call, now_ms)
 }
 
 #[async_trait]
