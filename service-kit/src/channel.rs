@@ -1,21 +1,28 @@
 //! The gRPC client channel the orchestrator calls its participants through:
-//! tonic's [`Channel`], set up from [`crate::tls::client_endpoint`], behind
-//! [`GrpcChannel`], a thin tower service that holds every call to its
-//! deadline until the last byte of the reply.
+//! [`GrpcChannel`], hyper-util's pooled HTTP/2 client (the hyper tonic's own
+//! channel is built on) as a tower service the generated clients call, with
+//! every call held to its deadline until the last byte of the reply.
 //!
-//! What tonic's channel does, configured in [`GrpcChannel::lazy`]:
+//! Why not tonic's `Channel`: it hands every call to a `tower::buffer`
+//! worker task and back, one more task wake-up each way per call. Same-run
+//! A/B (BENCHMARKS.md, "The client channel"): the idle saga, two calls, paid
+//! for it in orchestrator context switches and CPU and in latency, while
+//! throughput at concurrency 64 was equal. hyper-util's client sends a call
+//! on the connection from the caller's own task.
+//!
+//! What the channel does:
 //! - **Lazy connection, reconnected on demand**: nothing is connected until
-//!   the first call; a connection that closed (the server went away, or
-//!   sent GOAWAY on a graceful restart) is replaced by the next call.
-//! - **TLS** exactly as [`crate::tls::client_endpoint`] decides it
-//!   (`https://`, or any address once `--tls-ca` is set): tonic's rustls
-//!   client, ALPN `h2`.
+//!   the first call; one HTTP/2 connection carries every call (hyper-util's
+//!   pool), and a connection that closed (the server went away, or sent
+//!   GOAWAY on a graceful restart) is replaced by the next call. The pool
+//!   never closes an idle connection itself (no idle timeout): the
+//!   keep-alive pings below say when one is dead.
+//! - **TLS** exactly as [`crate::tls::client_target`] decides it
+//!   (`https://`, or any address once `--tls-ca` is set): tokio-rustls, ALPN
+//!   `h2` required, the server's certificate checked for the address's host.
 //! - **The connect timeout** bounds the name's resolution and the TCP
-//!   connect (the connector given to
-//!   [`Endpoint::connect_with_connector_lazy`]; `connect_lazy`'s would
-//!   leave the resolution unbounded) and, once more, the TLS handshake
-//!   (tonic's). A connection attempt that runs out of it fails the call
-//!   `UNAVAILABLE`, like any other failed connection attempt.
+//!   connect and, once more, the TLS handshake. A connection attempt that
+//!   runs out of it, or fails, fails the call `UNAVAILABLE`.
 //! - **Every address of a name** is tried: hyper-util's `HttpConnector`
 //!   does Happy Eyeballs (RFC 6555) — the addresses of the resolver's first
 //!   family one after another, each with its share of the connect timeout
@@ -27,20 +34,16 @@
 //! - Plaintext connections write through
 //!   [`crate::coalesced_writes::CoalescedWrites`], as the servers' do, so a
 //!   small request and its end of stream leave in one write.
-//!
-//! What [`GrpcChannel`] adds:
-//! - **The call deadline over the whole reply.** tonic reads the
-//!   `grpc-timeout` header `Request::set_timeout` writes, but its timer
-//!   stops at the response head and fails the call `CANCELLED`: a server
-//!   (or a path to it) stalled after its headers would hold the call
-//!   indefinitely. Here the deadline runs from the call's start to the end
-//!   of the reply — head, body and trailers — and a call past it fails
-//!   `DEADLINE_EXCEEDED`.
-//! - **A call that fails below gRPC retires its channel** (no reply: the
-//!   connection failed, or the channel's worker task is gone because the
-//!   runtime it was made on ended — a channel shared by two runtimes, as
-//!   tests that crash one orchestrator do): the next call makes a new one
-//!   on its own runtime instead of failing the same way forever.
+//! - **The call deadline over the whole reply.** The generated client writes
+//!   the `grpc-timeout` header (`Request::set_timeout`); here the deadline
+//!   runs from the call's start to the end of the reply — head, body and
+//!   trailers — and a call past it fails `DEADLINE_EXCEEDED`. A server (or
+//!   a path to it) stalled after its headers cannot hold a call.
+//! - **A call that fails below gRPC retires its client** (no reply: the
+//!   connection failed, or its connection task is gone because the runtime
+//!   it was spawned on ended — a channel shared by two runtimes, as tests
+//!   that crash one orchestrator do): the next call makes a new one on its
+//!   own runtime instead of failing the same way forever.
 //! - **A call past its deadline retires its connection**: the next call
 //!   opens a new one (calls in flight finish on the old one). A peer that
 //!   vanished without closing the connection (no RST, no FIN: a host gone,
@@ -48,25 +51,27 @@
 //!   until the keep-alive ping noticed, up to 40 s — long enough to use up
 //!   a step's attempts and compensate sagas that did not need it.
 //!
-//! [`GrpcChannel::in_process`] puts any tower service in the place of
-//! tonic's channel: calls then go to that service (a deterministic
-//! simulation's network delivering them to a participant's generated tonic
-//! server in the same process), under the same deadline. Everything above
-//! the channel — the generated clients, tonic's codec, the deadline — is
-//! the code that runs in production.
+//! [`GrpcChannel::in_process`] puts any tower service in the place of the
+//! connection: calls then go to that service (a deterministic simulation's
+//! network delivering them to a participant's generated tonic server in the
+//! same process), under the same deadline. Everything above the channel —
+//! the generated clients, tonic's codec, the deadline — is the code that
+//! runs in production.
 
 use crate::coalesced_writes::CoalescedWrites;
 use crate::tls::{TlsConfig, TlsError};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::net::TcpStream;
 use tonic::body::Body;
 use tonic::codegen::http;
-use tonic::transport::{Channel, Endpoint};
 use tower_service::Service;
 
 /// How often an HTTP/2 ping checks the connection.
@@ -80,9 +85,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<http::Response<ReplyBody>, BoxError>> + Send + 'static>>;
 
-/// A channel to one gRPC server: tonic's lazily connecting [`Channel`],
-/// shared by clones, with the call deadline enforced over the whole reply
-/// (see the module docs). Use it wherever tonic's `Channel` goes
+/// A channel to one gRPC server, lazily connecting, shared by clones, with
+/// the call deadline enforced over the whole reply (see the module docs).
+/// The generated clients take it as they take tonic's `Channel`
 /// (`XServiceClient::new(channel)`).
 #[derive(Clone)]
 pub struct GrpcChannel {
@@ -98,42 +103,45 @@ impl std::fmt::Debug for GrpcChannel {
 }
 
 struct Shared {
-    /// TLS, keep-alive; the TLS handshake timeout.
-    endpoint: Endpoint,
-    /// Where calls go instead of a tonic channel ([`GrpcChannel::in_process`]).
-    in_process: Option<Mutex<InProcess>>,
-    /// For [`Connector`].
-    connect_timeout: Duration,
-    /// The channel calls go to; `None` until the first call (a tonic
-    /// channel needs the runtime it runs on) and after one was retired.
+    /// The scheme and authority every call's path is sent to.
+    uri: http::Uri,
+    /// How calls get there.
+    route: Route,
+    /// The client calls go to; `None` until the first call (its connection
+    /// task runs on the runtime of the call that made it) and after one was
+    /// retired.
     current: Mutex<Option<Current>>,
 }
 
-/// The channel in use and which one it is (one more per channel made), so
-/// that a call retires exactly the channel it saw time out, never a newer
-/// one another call made since.
+enum Route {
+    /// Over a connection of [`Connector`]'s.
+    Connect(Connector),
+    /// To a service in this process ([`GrpcChannel::in_process`]).
+    InProcess(Mutex<InProcess>),
+}
+
+/// The HTTP/2 client in use and which one it is (one more per client
+/// made), so that a call retires exactly the client it saw fail, never a
+/// newer one another call made since.
 struct Current {
-    channel: Channel,
+    client: HttpClient,
     id: u64,
 }
 
+type HttpClient = Client<Connector, Body>;
+
 impl GrpcChannel {
     /// A channel to `addr` (`http://host:port`, `https://host:port` or
-    /// `host:port`; over TLS as [`crate::tls::client_endpoint`] decides),
+    /// `host:port`; over TLS as [`crate::tls::client_target`] decides),
     /// connecting on first use; a connection attempt may take
     /// `connect_timeout` to connect and as long again for the TLS
     /// handshake. Only a bad address or TLS file is an error here.
     pub fn lazy(addr: &str, tls: &TlsConfig, connect_timeout: Duration) -> Result<Self, TlsError> {
-        let endpoint =
-            crate::tls::client_endpoint_with_handshake_timeout(addr, tls, connect_timeout)?
-                .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-                .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-                .keep_alive_while_idle(true);
+        let target = crate::tls::client_target(addr, tls)?;
         Ok(GrpcChannel {
             shared: Arc::new(Shared {
-                endpoint,
-                in_process: None,
-                connect_timeout,
+                uri: target.uri,
+                route: Route::Connect(Connector::new(connect_timeout, target.tls)),
                 current: Mutex::new(None),
             }),
         })
@@ -157,9 +165,8 @@ impl GrpcChannel {
     {
         GrpcChannel {
             shared: Arc::new(Shared {
-                endpoint: Endpoint::from(uri),
-                in_process: Some(Mutex::new(InProcess::new(service))),
-                connect_timeout: Duration::ZERO,
+                uri,
+                route: Route::InProcess(Mutex::new(InProcess::new(service))),
                 current: Mutex::new(None),
             }),
         }
@@ -167,7 +174,7 @@ impl GrpcChannel {
 
     /// The server's URI (`https://` when TLS is used).
     pub fn uri(&self) -> &http::Uri {
-        self.shared.endpoint.uri()
+        &self.shared.uri
     }
 }
 
@@ -178,25 +185,30 @@ impl Shared {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The channel in use (made now if there is none) and its id.
-    fn channel(&self) -> (Channel, u64) {
+    /// The client in use (made now if there is none) and its id.
+    fn client(&self, connector: &Connector) -> (HttpClient, u64) {
         let mut current = self.current();
         if let Some(c) = current.as_ref() {
-            return (c.channel.clone(), c.id);
+            return (c.client.clone(), c.id);
         }
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let channel = self
-            .endpoint
-            .connect_with_connector_lazy(Connector::new(self.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(None)
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(connector.clone());
         *current = Some(Current {
-            channel: channel.clone(),
+            client: client.clone(),
             id,
         });
-        (channel, id)
+        (client, id)
     }
 
-    /// Retires channel `id` if it is still the one in use: the next call
+    /// Retires client `id` if it is still the one in use: the next call
     /// makes a new one, with a connection of its own. Calls in flight on
     /// the old one finish there; its connection closes after the last.
     fn retire(&self, id: u64) {
@@ -205,30 +217,65 @@ impl Shared {
             *current = None;
         }
     }
-}
 
-/// TCP to every address of the URI's host (hyper-util's Happy Eyeballs),
-/// `TCP_NODELAY`, the resolution and the connect within the connect
-/// timeout (each address with its share of it); the stream written through
-/// [`CoalescedWrites`]. tonic adds TLS on top for `https://`.
-#[derive(Clone)]
-struct Connector {
-    http: HttpConnector,
-    connect_timeout: Duration,
-}
-
-type Connected = TokioIo<CoalescedWrites<tokio::net::TcpStream>>;
-
-impl Connector {
-    fn new(connect_timeout: Duration) -> Self {
-        Connector {
-            http: configured(HttpConnector::new(), connect_timeout),
-            connect_timeout,
+    /// Sends `request` (whose URI is only the method's path, as the
+    /// generated clients write it) to this channel's server.
+    fn send(&self, mut request: http::Request<Body>) -> (ResponseHead, u64) {
+        match &self.route {
+            Route::InProcess(service) => {
+                let service = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                (Box::pin(tower::ServiceExt::oneshot(service, request)), 0)
+            }
+            Route::Connect(connector) => {
+                let mut parts = self.uri.clone().into_parts();
+                parts.path_and_query = request.uri().path_and_query().cloned();
+                if let Ok(uri) = http::Uri::from_parts(parts) {
+                    *request.uri_mut() = uri;
+                }
+                let (client, id) = self.client(connector);
+                let reply = client.request(request);
+                let reply = async move {
+                    match reply.await {
+                        Ok(response) => Ok(response.map(Body::new)),
+                        // tonic reads a ConnectError as UNAVAILABLE.
+                        Err(error) if error.is_connect() => {
+                            Err(Box::new(tonic::ConnectError(Box::new(error))) as BoxError)
+                        }
+                        Err(error) => Err(BoxError::from(error)),
+                    }
+                };
+                (Box::pin(reply), id)
+            }
         }
     }
 }
 
-/// `http` as the channel connects: any scheme (tonic adds TLS),
+/// TCP to every address of the URI's host (hyper-util's Happy Eyeballs),
+/// `TCP_NODELAY`, the resolution and the connect within the connect
+/// timeout (each address with its share of it), then TLS (within the
+/// connect timeout again) or, plaintext, the stream written through
+/// [`CoalescedWrites`].
+#[derive(Clone)]
+struct Connector {
+    http: HttpConnector,
+    connect_timeout: Duration,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+}
+
+impl Connector {
+    fn new(
+        connect_timeout: Duration,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    ) -> Self {
+        Connector {
+            http: configured(HttpConnector::new(), connect_timeout),
+            connect_timeout,
+            tls: tls.map(|(config, name)| (tokio_rustls::TlsConnector::from(config), name)),
+        }
+    }
+}
+
+/// `http` as the channel connects: any scheme (TLS comes on top),
 /// `TCP_NODELAY`, `connect_timeout` shared among a name's addresses.
 fn configured<R>(mut http: HttpConnector<R>, connect_timeout: Duration) -> HttpConnector<R> {
     http.enforce_http(false);
@@ -238,24 +285,104 @@ fn configured<R>(mut http: HttpConnector<R>, connect_timeout: Duration) -> HttpC
 }
 
 impl Service<http::Uri> for Connector {
-    type Response = Connected;
+    type Response = ConnectedStream;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Connected, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<ConnectedStream, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.http.poll_ready(cx).map_err(BoxError::from)
     }
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let connecting = tokio::time::timeout(self.connect_timeout, self.http.call(uri));
         let timeout = self.connect_timeout;
+        let connecting = tokio::time::timeout(timeout, self.http.call(uri));
+        let tls = self.tls.clone();
         Box::pin(async move {
             let tcp = connecting
                 .await
                 .map_err(|_| format!("connect timed out after {timeout:?}"))??
                 .into_inner();
-            Ok(TokioIo::new(CoalescedWrites(tcp)))
+            let Some((connector, name)) = tls else {
+                return Ok(ConnectedStream::Plain(TokioIo::new(CoalescedWrites(tcp))));
+            };
+            let stream = tokio::time::timeout(timeout, connector.connect(name, tcp))
+                .await
+                .map_err(|_| format!("TLS handshake timeout ({timeout:?})"))??;
+            if stream.get_ref().1.alpn_protocol() != Some(crate::tls::ALPN_H2) {
+                return Err("the server did not agree to HTTP/2 in the TLS handshake (ALPN h2)".into());
+            }
+            Ok(ConnectedStream::Tls(Box::new(TokioIo::new(stream))))
         })
+    }
+}
+
+/// A connection the [`Connector`] made: plaintext or TLS.
+enum ConnectedStream {
+    Plain(TokioIo<CoalescedWrites<TcpStream>>),
+    Tls(Box<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>>),
+}
+
+impl Connection for ConnectedStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for ConnectedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnectedStream::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            ConnectedStream::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for ConnectedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ConnectedStream::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            ConnectedStream::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnectedStream::Plain(io) => Pin::new(io).poll_flush(cx),
+            ConnectedStream::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnectedStream::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            ConnectedStream::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ConnectedStream::Plain(io) => io.is_write_vectored(),
+            ConnectedStream::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ConnectedStream::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            ConnectedStream::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
     }
 }
 
@@ -264,7 +391,7 @@ impl Service<http::Request<Body>> for GrpcChannel {
     type Error = BoxError;
     type Future = ResponseFuture;
 
-    /// Always ready: the call itself waits for tonic's channel.
+    /// Always ready: the call itself waits for the connection.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
@@ -275,20 +402,7 @@ impl Service<http::Request<Body>> for GrpcChannel {
             timeout,
         });
         let shared = self.shared.clone();
-        let (reply, id): (ResponseHead, u64) = match &shared.in_process {
-            Some(service) => {
-                let service = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                (Box::pin(tower::ServiceExt::oneshot(service, request)), 0)
-            }
-            None => {
-                let (channel, id) = shared.channel();
-                let reply = tower::ServiceExt::oneshot(channel, request);
-                (
-                    Box::pin(async move { reply.await.map_err(BoxError::from) }),
-                    id,
-                )
-            }
-        };
+        let (reply, id) = shared.send(request);
         Box::pin(async move {
             let Some(mut deadline) = deadline else {
                 let response = reply.await.inspect_err(|_| shared.retire(id))?;
@@ -307,13 +421,13 @@ impl Service<http::Request<Body>> for GrpcChannel {
                     inner,
                     deadline: Some((deadline, shared, id)),
                 })),
-                Err(error) if timed_out(error.as_ref()) => {
-                    shared.retire(id);
-                    Err(deadline.exceeded())
-                }
                 Err(error) => {
                     shared.retire(id);
-                    Err(error)
+                    Err(if timed_out(error.as_ref()) {
+                        deadline.exceeded()
+                    } else {
+                        error
+                    })
                 }
             }
         })
@@ -328,13 +442,12 @@ type ResponseHead =
 /// The service an in-process channel calls.
 type InProcess = tower::util::BoxCloneService<http::Request<Body>, http::Response<Body>, BoxError>;
 
-/// Whether `error` is a call's deadline passing: this channel's own, or
-/// tonic's timer on the same `grpc-timeout` (which says `CANCELLED`).
+/// Whether `error` is a call's deadline passing: this channel's own, or a
+/// `DEADLINE_EXCEEDED` an in-process service answered with.
 fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
-    error.is::<tonic::TimeoutExpired>()
-        || error
-            .downcast_ref::<tonic::Status>()
-            .is_some_and(|s| s.code() == tonic::Code::DeadlineExceeded)
+    error
+        .downcast_ref::<tonic::Status>()
+        .is_some_and(|s| s.code() == tonic::Code::DeadlineExceeded)
 }
 
 /// A call's deadline: one timer for the whole call, the response head and
@@ -457,10 +570,13 @@ mod tests {
             started.elapsed() < Duration::from_secs(15),
             "a refusal passes the address over without using up the timeout"
         );
-        let plain = Connector::new(Duration::from_secs(30))
+        let plain = Connector::new(Duration::from_secs(30), None)
             .call(format!("http://localhost:{}", live.port()).parse().unwrap())
             .await
             .expect("a name connects");
+        let ConnectedStream::Plain(plain) = plain else {
+            panic!("no TLS was asked for")
+        };
         assert!(plain.inner().0.nodelay().unwrap(), "TCP_NODELAY");
         let _accepted = listener.accept().await.unwrap();
     }

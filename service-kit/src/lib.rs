@@ -5,8 +5,8 @@
 //! - [`clock`]: time as a parameter ([`clock::Clock`]): the system clock in
 //!   services, a manual one in tests.
 //! - [`channel`]: the gRPC client channel the orchestrator calls its
-//!   participants through: tonic's `Channel`, with the call deadline held
-//!   over the whole reply.
+//!   participants through: hyper-util's pooled HTTP/2 client under the
+//!   generated clients, with the call deadline held over the whole reply.
 //! - [`coalesced_writes`]: a connection that lets h2 send a small message
 //!   and its trailers in one write (servers and the client channel).
 //! - [`deadline`]: the `grpc-timeout` header, read by servers and by the

@@ -5,7 +5,9 @@
 //!   `--tls-key` ([`TlsConfig::server_tls`], used by
 //!   [`crate::server::ServeOptions`]). With `--tls-client-auth` it also
 //!   requires a client certificate signed by `--tls-ca` (mutual TLS).
-//! - A **client** ([`client_endpoint`]) calls over TLS when the address is
+//! - A **client** ([`client_target`] for the orchestrator's
+//!   [`crate::channel::GrpcChannel`], [`client_endpoint`] for a plain tonic
+//!   channel) calls over TLS when the address is
 //!   `https://…` or `--tls-ca` is set (then an `http://` address is upgraded
 //!   to `https://`). It verifies the server against the `--tls-ca` bundle
 //!   (without one: the public web PKI roots), for the host of the address
@@ -22,11 +24,24 @@
 //! aws-lc is never built).
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::Duration;
+use tonic::codegen::http;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+
+/// The ALPN protocol id of HTTP/2, which a gRPC client asks for.
+pub const ALPN_H2: &[u8] = b"h2";
+
+/// `--tls-cert` and `--tls-key` as read: the PEM text tonic's servers take
+/// and the parsed chain and key a rustls client takes.
+struct IdentityFiles {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
 
 /// Longest a TLS handshake may take on a server before the connection is
 /// dropped (a client that connects and says nothing holds no slot forever).
@@ -176,23 +191,38 @@ impl TlsConfig {
         Ok(())
     }
 
-    /// `--tls-cert` and `--tls-key` as a tonic identity, read and checked
-    /// to belong together.
-    fn identity(&self) -> Result<Option<Identity>, TlsError> {
+    /// `--tls-cert` and `--tls-key`, read and checked to belong together.
+    fn identity_files(&self) -> Result<Option<IdentityFiles>, TlsError> {
         let (Some(cert_path), Some(key_path)) = (&self.tls_cert, &self.tls_key) else {
             return Ok(None);
         };
         let (cert_pem, chain) = certificates("--tls-cert", cert_path)?;
         let (key_pem, key) = private_key("--tls-key", key_path)?;
-        rustls::sign::CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
-            .map_err(|e| {
-                invalid(
-                    "--tls-key",
-                    key_path,
-                    format!("does not fit --tls-cert {} ({e})", cert_path.display()),
-                )
-            })?;
-        Ok(Some(Identity::from_pem(cert_pem, key_pem)))
+        rustls::sign::CertifiedKey::from_der(
+            chain.clone(),
+            key.clone_key(),
+            &rustls::crypto::ring::default_provider(),
+        )
+        .map_err(|e| {
+            invalid(
+                "--tls-key",
+                key_path,
+                format!("does not fit --tls-cert {} ({e})", cert_path.display()),
+            )
+        })?;
+        Ok(Some(IdentityFiles {
+            cert_pem,
+            key_pem,
+            chain,
+            key,
+        }))
+    }
+
+    /// `--tls-cert` and `--tls-key` as a tonic identity (the servers').
+    fn identity(&self) -> Result<Option<Identity>, TlsError> {
+        Ok(self
+            .identity_files()?
+            .map(|files| Identity::from_pem(files.cert_pem, files.key_pem)))
     }
 
     fn ca(&self) -> Result<Option<Certificate>, TlsError> {
@@ -227,9 +257,55 @@ impl TlsConfig {
         Ok(Some(config))
     }
 
-    /// The client side: `None` for plaintext (no CA and `use_tls` false),
-    /// else verification against --tls-ca (or the web PKI roots) plus the
-    /// client identity when one is configured.
+    /// The client side as [`crate::channel::GrpcChannel`] connects: `None`
+    /// for plaintext (no CA and `use_tls` false), else a rustls client that
+    /// verifies servers against --tls-ca (or the web PKI roots), offers the
+    /// client identity when one is configured, and asks for HTTP/2 (ALPN
+    /// `h2`) — what [`TlsConfig::client_tls`] sets up inside tonic.
+    pub fn client_rustls(
+        &self,
+        use_tls: bool,
+    ) -> Result<Option<Arc<rustls::ClientConfig>>, TlsError> {
+        self.validate()?;
+        let ca = match &self.tls_ca {
+            Some(path) => Some((path, certificates("--tls-ca", path)?.1)),
+            None => None,
+        };
+        if !use_tls && ca.is_none() {
+            return Ok(None);
+        }
+        let setup = |e: rustls::Error| TlsError::Setup(e.to_string());
+        let mut roots = rustls::RootCertStore::empty();
+        match ca {
+            Some((path, certs)) => {
+                for cert in certs {
+                    roots
+                        .add(cert)
+                        .map_err(|e| invalid("--tls-ca", path, format!("not a usable CA ({e})")))?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(setup)?
+        .with_root_certificates(roots);
+        let mut config = match self.identity_files()? {
+            Some(files) => builder
+                .with_client_auth_cert(files.chain, files.key)
+                .map_err(setup)?,
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![ALPN_H2.to_vec()];
+        Ok(Some(Arc::new(config)))
+    }
+
+    /// The client side inside tonic (the tools' and tests' plain tonic
+    /// channels): `None` for plaintext (no CA and `use_tls` false), else
+    /// verification against --tls-ca (or the web PKI roots) plus the client
+    /// identity when one is configured.
     pub fn client_tls(&self, use_tls: bool) -> Result<Option<ClientTlsConfig>, TlsError> {
         self.validate()?;
         let ca = self.ca()?;
@@ -269,51 +345,67 @@ fn split_address(addr: &str) -> Result<(bool, &str), TlsError> {
 /// An endpoint for `addr` (`http://host:port`, `https://host:port` or bare
 /// `host:port`), over TLS when the address is `https://` or `tls` has a CA
 /// (then `http://` and bare addresses are upgraded to `https://`). The
-/// server's certificate must name the host of `addr`.
+/// server's certificate must name the host of `addr`. For the tools' and
+/// tests' plain tonic channels; the orchestrator's calls go through
+/// [`crate::channel::GrpcChannel`], which takes a [`client_target`].
 pub fn client_endpoint(addr: &str, tls: &TlsConfig) -> Result<Endpoint, TlsError> {
-    endpoint(addr, tls, None)
+    let (https, rest) = split_address(addr)?;
+    let client_tls = tls.client_tls(https)?;
+    let uri = client_uri(addr, rest, client_tls.is_some())?;
+    let endpoint = Endpoint::from(uri);
+    match client_tls {
+        Some(config) => endpoint.tls_config(config).map_err(|e| TlsError::Address {
+            addr: addr.to_owned(),
+            problem: format!("TLS set-up failed ({})", error_chain(&e)),
+        }),
+        None => Ok(endpoint),
+    }
 }
 
-/// [`client_endpoint`] whose TLS handshake gives up after
-/// `handshake_timeout` (as a failed connection attempt: UNAVAILABLE).
-pub fn client_endpoint_with_handshake_timeout(
-    addr: &str,
-    tls: &TlsConfig,
-    handshake_timeout: Duration,
-) -> Result<Endpoint, TlsError> {
-    endpoint(addr, tls, Some(handshake_timeout))
+/// Where a [`crate::channel::GrpcChannel`] calls, and how.
+#[derive(Debug, Clone)]
+pub struct ClientTarget {
+    /// `http://host:port` or `https://host:port`.
+    pub uri: http::Uri,
+    /// Over TLS: the rustls client and the name the server's certificate
+    /// must carry (the host of the address: a DNS name or an IP address).
+    pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
 }
 
-fn endpoint(
-    addr: &str,
-    tls: &TlsConfig,
-    handshake_timeout: Option<Duration>,
-) -> Result<Endpoint, TlsError> {
+/// The [`ClientTarget`] for `addr`, by the rules of [`client_endpoint`].
+pub fn client_target(addr: &str, tls: &TlsConfig) -> Result<ClientTarget, TlsError> {
+    let (https, rest) = split_address(addr)?;
+    let config = tls.client_rustls(https)?;
+    let uri = client_uri(addr, rest, config.is_some())?;
+    let tls = match config {
+        None => None,
+        Some(config) => {
+            let host = uri.host().unwrap_or_default();
+            let name = host.trim_start_matches('[').trim_end_matches(']');
+            let name = ServerName::try_from(name.to_owned()).map_err(|e| TlsError::Address {
+                addr: addr.to_owned(),
+                problem: format!("{host} is not a name a certificate can carry ({e})"),
+            })?;
+            Some((config, name))
+        }
+    };
+    Ok(ClientTarget { uri, tls })
+}
+
+/// `scheme://rest` as a URI with a host.
+fn client_uri(addr: &str, rest: &str, tls: bool) -> Result<http::Uri, TlsError> {
     let bad = |problem: String| TlsError::Address {
         addr: addr.to_owned(),
         problem,
     };
-    let (https, rest) = split_address(addr)?;
-    let client_tls = tls.client_tls(https)?;
-    let scheme = if client_tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let endpoint = Endpoint::from_shared(format!("{scheme}://{rest}"))
+    let scheme = if tls { "https" } else { "http" };
+    let uri: http::Uri = format!("{scheme}://{rest}")
+        .parse()
         .map_err(|e| bad(format!("not a valid URI ({e})")))?;
-    if endpoint.uri().host().is_none_or(str::is_empty) {
+    if uri.host().is_none_or(str::is_empty) {
         return Err(bad("no host".to_owned()));
     }
-    match client_tls {
-        Some(config) => endpoint
-            .tls_config(match handshake_timeout {
-                Some(timeout) => config.timeout(timeout),
-                None => config,
-            })
-            .map_err(|e| bad(format!("TLS set-up failed ({})", error_chain(&e)))),
-        None => Ok(endpoint),
-    }
+    Ok(uri)
 }
 
 /// `error: cause: cause…` (tonic's transport errors keep the useful part in
