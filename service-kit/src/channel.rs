@@ -309,7 +309,9 @@ impl Service<http::Uri> for Connector {
                 .await
                 .map_err(|_| format!("TLS handshake timeout ({timeout:?})"))??;
             if stream.get_ref().1.alpn_protocol() != Some(crate::tls::ALPN_H2) {
-                return Err("the server did not agree to HTTP/2 in the TLS handshake (ALPN h2)".into());
+                return Err(
+                    "the server did not agree to HTTP/2 in the TLS handshake (ALPN h2)".into(),
+                );
             }
             Ok(ConnectedStream::Tls(Box::new(TokioIo::new(stream))))
         })
