@@ -275,6 +275,11 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shipping.kill9().expect("SIGKILL the shipping participant");
+    // Down until a shipping call has failed on it: a kill that happens to
+    // fall between two calls, and a restart quick enough that no call
+    // noticed, would test nothing.
+    let down_at_most = tokio::time::Instant::now() + Duration::from_secs(60);
+    until_a_shipping_call_failed(addr, &started, down_at_most, &shipping).await;
     shipping.restart().await.expect("restart shipping");
 
     // One poller at a time: by the time the first saga ended, most others
@@ -288,6 +293,42 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
     stack.stop().await;
     drop(shipping);
     drop(server);
+}
+
+/// Returns once one of the `started` sagas shows a shipping step on its
+/// second attempt (its first failed); past `deadline`, a panic.
+async fn until_a_shipping_call_failed(
+    addr: std::net::SocketAddr,
+    started: &[String],
+    deadline: tokio::time::Instant,
+    shipping: &ShippingProcess,
+) {
+    let mut client =
+        pb::saga_service_client::SagaServiceClient::new(saga_tests::channel(addr).await);
+    loop {
+        for id in started {
+            let saga = client
+                .get_saga(pb::GetSagaRequest {
+                    lookup: Some(pb::get_saga_request::Lookup::SagaId(id.clone())),
+                })
+                .await
+                .expect("get saga")
+                .into_inner();
+            if saga
+                .steps
+                .iter()
+                .any(|s| s.name == "shipping" && s.attempts > 1)
+            {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no shipping call failed while the participant was down; its log:\n{}",
+            shipping.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The saga once terminal; past `deadline`, a panic that shows what the
