@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real browser the console test (tests/tests/console.rs) drives: a
+# The real browser the console test (tests/tests/suite/console.rs) drives: a
 # Chromium (or Chrome) and its chromedriver. Found as CHROMEDRIVER (a file) or
 # `chromedriver` on PATH, and CHROMIUM (a file) or `chromium`,
 # `chromium-browser`, `google-chrome` or `google-chrome-stable` on PATH. With

@@ -4,8 +4,8 @@
 //! start with the shard key, so the data model decides whether this product
 //! can shard at all. Each store declares its collections' shard keys here
 //! ([`ShardKey`]) beside its index list, and a test
-//! (`tests/tests/sharding_plan.rs`) checks every unique index against them;
-//! `tests/tests/query_plans.rs` checks that every write filter names its
+//! (`tests/tests/suite/sharding_plan.rs`) checks every unique index against them;
+//! `tests/tests/suite/query_plans.rs` checks that every write filter names its
 //! collection's shard key, so writes go to one shard. docs/storage.md,
 //! "Sharding", explains the choices.
 

@@ -4,7 +4,7 @@
 //! is a thread of its own, and a thread outside the runtime lets paused
 //! time jump while a write is in flight — the run would no longer be a
 //! function of its seed. Each store passes the same conformance suite as
-//! the product's backends (`tests/tests/conformance_sim.rs`).
+//! the product's backends (`tests/tests/suite/conformance_sim.rs`).
 
 pub mod history;
 pub mod inventory;

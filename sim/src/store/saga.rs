@@ -2,7 +2,7 @@
 //! guarantees every backend gives (a unique request id, versioned saves,
 //! the claimable, expiry and attention queries), checked by the same
 //! conformance suite as the embedded and MongoDB stores
-//! (`tests/tests/conformance_sim.rs`).
+//! (`tests/tests/suite/conformance_sim.rs`).
 //!
 //! What the store holds ([`SagaTable`]) outlives the orchestrators that
 //! use it: every operation commits atomically, under one lock, at one

@@ -1,5 +1,5 @@
 //! One storage conformance suite per store trait, written once and run
-//! against every backend (see `tests/tests/conformance_*.rs`).
+//! against every backend (see `tests/tests/suite/conformance_*.rs`).
 //!
 //! Each case is a plain async function taking the store; the macros turn a
 //! list of cases into `#[tokio::test]`s for one backend opener.

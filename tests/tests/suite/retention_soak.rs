@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! SOAK_SECS=300 SOAK_RETENTION_SECS=60 cargo test --release -p saga-tests \
-//!     --test retention_soak -- --ignored --nocapture
+//!     --test suite retention_soak -- --ignored --nocapture
 //! ```
 //!
 //! All three services in this process on embedded stores in a temp dir;

@@ -312,7 +312,7 @@ async fn every_query_the_services_send_is_served_by_an_index() {
     }
     let mut failures = Vec::new();
     // Writes go to one shard: each names its collection's shard key
-    // (tests/tests/sharding_plan.rs checks the keys against the indexes).
+    // (tests/tests/suite/sharding_plan.rs checks the keys against the indexes).
     let shard_keys = [
         orchestrator::store::MONGO_SHARD_KEY,
         participant_kit::mongo::SHARD_KEY,

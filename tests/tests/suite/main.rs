@@ -1,0 +1,54 @@
+//! The workspace's end-to-end and storage scenarios, one module per file,
+//! in one test binary.
+//!
+//! One binary rather than one per file: each of these links the whole
+//! stack, so forty binaries cost forty links and forty starts of the shared
+//! MongoDB test server, and cargo runs binaries one after another, so a long
+//! file held up the rest. Here libtest spreads every scenario over its
+//! threads. Run one file's scenarios by its module name:
+//!
+//! ```sh
+//! cargo test -p saga-tests --test suite order_saga::
+//! ```
+//!
+//! Tests that install something process-wide — the Prometheus recorder
+//! (`batching`, `lease_edges`, `metrics`, `retention_metrics`) or the
+//! global tracing subscriber (`trace`) — stay binaries of their own beside
+//! this one, so that no other scenario's sagas move their counts.
+
+mod admin_auth;
+mod attention;
+mod bad_input;
+mod barrier;
+mod chaos_audit;
+mod client_auth;
+mod conformance_embedded;
+mod conformance_mongo;
+mod conformance_sim;
+mod console;
+mod console_hosts;
+mod dev_stack;
+mod faults;
+mod generic_steps;
+mod mongo_guarantees;
+mod mongo_killed_in_transaction;
+mod mongo_outage;
+mod mongo_round_trips;
+mod opentelemetry;
+mod operate;
+mod order_saga;
+mod properties;
+mod query_plans;
+mod readiness;
+mod recovery;
+mod reflection;
+mod renamed_names;
+mod restart;
+mod retention;
+mod retention_soak;
+mod save_retries;
+mod service_auth;
+mod sharding_plan;
+mod shipping_step;
+mod tls;
+mod unsaved_step;
