@@ -178,9 +178,13 @@ fi
 stage="cargo build"
 # Tests that start the services as processes (chaos, kill -9, MongoDB
 # failpoints) need every binary; `cargo test` builds only the binaries of
-# packages that have integration tests, so build them all first.
-echo "== cargo build (every binary, for the tests that start them as processes) $(at)"
-cargo build --locked --workspace --bins --quiet
+# packages that have integration tests, so build them all first — together
+# with the tests (`--tests`): cargo resolves features once per invocation, and
+# the tests' dev-dependencies (the browser driver's) add features to `syn`
+# that every proc macro, and so most of the dependency tree, is built with.
+# Binaries built without the tests would be built again for `cargo test`.
+echo "== cargo build (every binary and test, for the tests that start the binaries as processes) $(at)"
+cargo build --locked --workspace --bins --tests --quiet
 
 stage="examples build"
 if [ "$skip_mongo" = 1 ]; then
