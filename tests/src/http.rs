@@ -5,7 +5,7 @@
 //!
 //! A test that needs the exact bytes on the wire (a forged `Host` header,
 //! a stream held open) writes them over a socket itself: see
-//! `tests/console_hosts.rs`.
+//! `tests/suite/console_hosts.rs`.
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
