@@ -198,13 +198,7 @@ fi
 
 stage="cargo test"
 echo "== cargo test (embedded stores$([ "$skip_mongo" = 1 ] || echo " and MongoDB")) $(at)"
-# Four tests at a time on two cores: the scenarios mostly wait (on servers,
-# the Python MongoDB test server, child processes), so the scenario binary
-# (tests/tests/suite) ran 251 scenarios in 109 s with 4 threads against
-# 163 s with libtest's default of one per core, and in 135 s with 4 beside
-# a busy loop holding one core, every test passing.
-RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}" \
-    cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
+cargo test --locked --workspace --no-fail-fast 2>&1 | tee -a "$log"
 
 stage="examples"
 if [ "$skip_mongo" = 1 ]; then
