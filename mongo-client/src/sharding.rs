@@ -5,7 +5,7 @@
 //! can shard at all. Each store declares its collections' shard keys here
 //! ([`ShardKey`]) beside its index list, and a test
 //! (`tests/tests/suite/sharding_plan.rs`) checks every unique index against them;
-//! `tests/tests/suite/query_plans.rs` checks that every write filter names its
+//! `tests/tests/query_plans.rs` checks that every write filter names its
 //! collection's shard key, so writes go to one shard. docs/storage.md,
 //! "Sharding", explains the choices.
 

@@ -11,10 +11,12 @@
 //! cargo test -p saga-tests --test suite order_saga::
 //! ```
 //!
-//! Tests that install something process-wide — the Prometheus recorder
-//! (`batching`, `lease_edges`, `metrics`, `retention_metrics`) or the
-//! global tracing subscriber (`trace`) — stay binaries of their own beside
-//! this one, so that no other scenario's sagas move their counts.
+//! Tests that install or read something process-wide — the Prometheus
+//! recorder (`batching`, `lease_edges`, `metrics`, `retention_metrics`), the
+//! global tracing subscriber (`trace`), the MongoDB driver's command monitor
+//! (`mongo_guarantees`, `mongo_round_trips`, `query_plans`) — stay binaries
+//! of their own beside this one, so that no other scenario moves what they
+//! count or check.
 
 mod admin_auth;
 mod attention;
@@ -30,15 +32,12 @@ mod console_hosts;
 mod dev_stack;
 mod faults;
 mod generic_steps;
-mod mongo_guarantees;
 mod mongo_killed_in_transaction;
 mod mongo_outage;
-mod mongo_round_trips;
 mod opentelemetry;
 mod operate;
 mod order_saga;
 mod properties;
-mod query_plans;
 mod readiness;
 mod recovery;
 mod reflection;
