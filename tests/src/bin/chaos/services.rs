@@ -104,6 +104,25 @@ pub struct Services {
     pub timing: Timing,
 }
 
+/// A process's environment variables, name then value.
+type Env = Vec<(String, String)>;
+
+/// The environment of every service process (log level, backtraces,
+/// `NO_COLOR` passed on), and the participants': that plus the fault
+/// injection the run asks for.
+fn process_env(args: &Args) -> (Env, Env) {
+    let mut base = vec![
+        ("RUST_LOG".to_owned(), args.log_level.clone()),
+        ("RUST_BACKTRACE".to_owned(), "1".to_owned()),
+    ];
+    if let Ok(v) = std::env::var("NO_COLOR") {
+        base.push(("NO_COLOR".into(), v));
+    }
+    let mut faulty = base.clone();
+    faulty.extend(faults::injection_env(args));
+    (base, faulty)
+}
+
 impl Services {
     /// The services of a run on free ports, not started yet: the
     /// participants inject faults from the start; the orchestrators retry
@@ -117,15 +136,7 @@ impl Services {
         seed: u64,
     ) -> Result<Services, String> {
         let log = |name: &str| work.join("logs").join(format!("{name}.log"));
-        let mut base_env = vec![
-            ("RUST_LOG".to_owned(), args.log_level.clone()),
-            ("RUST_BACKTRACE".to_owned(), "1".to_owned()),
-        ];
-        if let Ok(v) = std::env::var("NO_COLOR") {
-            base_env.push(("NO_COLOR".into(), v));
-        }
-        let mut fault_env = base_env.clone();
-        fault_env.extend(faults::injection_env(args));
+        let (base_env, fault_env) = process_env(args);
         let addr = || free_addr().map_err(|e| format!("no free port: {e}"));
         let (pay_addr, inv_addr) = (addr()?, addr()?);
         let loyalty_addr = match args.third_step {
