@@ -199,25 +199,27 @@ async fn an_unshippable_order_restocks_then_refunds(stack: Stack) {
 const ORDERS: usize = 100;
 /// Each order: one unit of its product at this price.
 const PRICE: i64 = 100;
+/// Units of each order's product at the start.
+const STOCK: i64 = 10;
+
+/// The customer of order `i`, and its product ([`customer_of`]).
+///
 /// Each order is another customer's, for another product: the kill is the
 /// shipping participant's, and orders that share an account or a product
 /// document contend for it — on the Python test server so slowly that some
 /// of their calls miss every deadline until the step deadline cancels them
 /// (hot documents are the chaos soak's and the conformance suites' concern).
-const CUSTOMERS: usize = ORDERS;
-/// Products, one per order (see [`CUSTOMERS`]), each stocked with
-/// [`STOCK`] units.
-const PRODUCTS: usize = ORDERS;
-/// Units of each product at the start.
-const STOCK: i64 = 10;
-
-/// The customer and the product of order `i`.
 fn customer_of(i: usize) -> String {
-    format!("c-{}", i % CUSTOMERS)
+    format!("c-{i}")
 }
 
 fn product_of(i: usize) -> String {
-    format!("sku-{}", i % PRODUCTS)
+    format!("sku-{i}")
+}
+
+/// Whether the saga's shipping step needed more than one attempt.
+fn shipping_retried(saga: &pb::Saga) -> bool {
+    step(saga, "shipping").attempts > 1
 }
 
 /// Retries that outlast a restart of the shipping participant and a
@@ -264,11 +266,9 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
         return;
     };
     let stack = with_shipping(stack, &shipping, patient()).await;
-    for c in 0..CUSTOMERS {
-        stack.deposit(&customer_of(c), 1_000_000).await;
-    }
-    for p in 0..PRODUCTS {
-        stack.add_stock(&product_of(p), STOCK).await;
+    for i in 0..ORDERS {
+        stack.deposit(&customer_of(i), 1_000_000).await;
+        stack.add_stock(&product_of(i), STOCK).await;
     }
 
     let addr = stack.orchestrator().addr;
@@ -300,7 +300,7 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
     // fall between two calls, and a restart quick enough that no call
     // noticed, would test nothing.
     let down_at_most = tokio::time::Instant::now() + Duration::from_secs(60);
-    until_a_shipping_call_failed(addr, &started, down_at_most, &shipping).await;
+    until_a_shipping_call_failed(&stack, &started, down_at_most, &shipping).await;
     shipping.restart().await.expect("restart shipping");
 
     // One poller at a time: by the time the first saga ended, most others
@@ -319,13 +319,12 @@ async fn shipping_killed_under_load_ships_each_completed_order_once(stack: Stack
 /// Returns once one of the `started` sagas shows a shipping step on its
 /// second attempt (its first failed); past `deadline`, a panic.
 async fn until_a_shipping_call_failed(
-    addr: std::net::SocketAddr,
+    stack: &Stack,
     started: &[String],
     deadline: tokio::time::Instant,
     shipping: &ShippingProcess,
 ) {
-    let mut client =
-        pb::saga_service_client::SagaServiceClient::new(saga_tests::channel(addr).await);
+    let mut client = stack.sagas().await;
     loop {
         for id in started {
             let saga = client
@@ -335,11 +334,7 @@ async fn until_a_shipping_call_failed(
                 .await
                 .expect("get saga")
                 .into_inner();
-            if saga
-                .steps
-                .iter()
-                .any(|s| s.name == "shipping" && s.attempts > 1)
-            {
+            if shipping_retried(&saga) {
                 return;
             }
         }
@@ -396,7 +391,7 @@ async fn audit(stack: &Stack, shipping: &ShippingProcess, sagas: &[pb::Saga]) {
     for saga in sagas {
         let ship = step(saga, "shipping");
         assert_eq!(ship.request_id, format!("{}:shipping", saga.saga_id));
-        retried += usize::from(ship.attempts > 1);
+        retried += usize::from(shipping_retried(saga));
         let found = by_request
             .remove(ship.request_id.as_str())
             .unwrap_or_default();
@@ -438,16 +433,13 @@ async fn audit(stack: &Stack, shipping: &ShippingProcess, sagas: &[pb::Saga]) {
         "no shipping call had to be retried: the SIGKILL hit nothing"
     );
     // Money and stock moved exactly by the completed orders.
-    let mut balances = 0;
-    for c in 0..CUSTOMERS {
-        balances += stack.balance(&customer_of(c)).await;
+    let (mut balances, mut stock) = (0, 0);
+    for i in 0..ORDERS {
+        balances += stack.balance(&customer_of(i)).await;
+        stock += stack.stock(&product_of(i)).await;
     }
-    assert_eq!(balances, CUSTOMERS as i64 * 1_000_000 - completed * PRICE);
-    let mut stock = 0;
-    for p in 0..PRODUCTS {
-        stock += stack.stock(&product_of(p)).await;
-    }
-    assert_eq!(stock, PRODUCTS as i64 * STOCK - completed);
+    assert_eq!(balances, ORDERS as i64 * 1_000_000 - completed * PRICE);
+    assert_eq!(stock, ORDERS as i64 * STOCK - completed);
     eprintln!(
         "{} sagas: {completed} completed, {} cancelled; {retried} retried a shipping call",
         sagas.len(),
