@@ -144,10 +144,10 @@ run_tests nestjs-shipping MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directCo
 
 stage="dev stack"
 echo "== dev stack for node-client: cargo build (as the test command builds), then dev on free ports"
-# The test command's own build, so that after it this is a no-op: cargo
-# resolves features per invocation, and `-p dev-stack` alone would resolve
-# them without the tests' and build most of the dependency tree again.
-cargo build --locked --workspace --bins --tests --quiet
+# The test command's own build, so that after it this is a no-op.
+# shellcheck source=scripts/lib/build-workspace.sh
+source "$root/scripts/lib/build-workspace.sh"
+build_workspace
 env -u MONGODB_URI ./target/debug/dev-stack dev --data-dir "$work/dev-data" \
     --orchestrator-listen 127.0.0.1:0 --payment-listen 127.0.0.1:0 --inventory-listen 127.0.0.1:0 \
     --no-console --no-metrics >"$work/dev-stack.out" 2>"$work/dev-stack.log" &

@@ -178,13 +178,12 @@ fi
 stage="cargo build"
 # Tests that start the services as processes (chaos, kill -9, MongoDB
 # failpoints) need every binary; `cargo test` builds only the binaries of
-# packages that have integration tests, so build them all first — together
-# with the tests (`--tests`): cargo resolves features once per invocation, and
-# the tests' dev-dependencies (the browser driver's) add features to `syn`
-# that every proc macro, and so most of the dependency tree, is built with.
-# Binaries built without the tests would be built again for `cargo test`.
+# packages that have integration tests, so build them all first, with the
+# tests (scripts/lib/build-workspace.sh says why together).
 echo "== cargo build (every binary and test, for the tests that start the binaries as processes) $(at)"
-cargo build --locked --workspace --bins --tests --quiet
+# shellcheck source=scripts/lib/build-workspace.sh
+source scripts/lib/build-workspace.sh
+build_workspace
 
 stage="examples build"
 if [ "$skip_mongo" = 1 ]; then
