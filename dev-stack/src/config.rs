@@ -69,9 +69,9 @@ pub struct DevConfig {
     /// `--no-console`).
     #[command(flatten)]
     pub console: ConsoleConfig,
-    /// The saga's steps (`--steps-file`): the built-in two by default; a
-    /// file may add participants of the generic contract running
-    /// elsewhere (e.g. examples/nestjs-shipping).
+    /// The saga's steps (`--steps-file`): payment and inventory (hosted
+    /// here, whatever address the file gives them) by default; a file may
+    /// add participants running elsewhere (e.g. examples/nestjs-shipping).
     #[command(flatten)]
     pub steps: StepsConfig,
     /// Fault injection in both participants (each gets its own sequence),

@@ -10,7 +10,6 @@
 use crate::banner::Addresses;
 use crate::config::DevConfig;
 use inventory_svc::store::{InventoryStore, MongoInventoryStore, SqliteInventoryStore};
-use orchestrator::order_saga::OrderParticipants;
 use participant_kit::{HistoryRetention, Kit, Participant};
 use payment_svc::store::{MongoPaymentStore, PaymentStore, SqlitePaymentStore};
 use service_kit::channel::GrpcChannel;
@@ -171,6 +170,23 @@ fn channels(config: &DevConfig, addrs: &Addresses) -> Result<(GrpcChannel, GrpcC
     Ok((channel(&addrs.payment)?, channel(&addrs.inventory)?))
 }
 
+/// The saga's steps with payment and inventory, when it lists them, at the
+/// participants this process hosts; any other step stays where its steps
+/// file says (e.g. examples/nestjs-shipping).
+fn hosted_here(
+    mut specs: Vec<orchestrator::steps_file::StepSpec>,
+    addrs: &Addresses,
+) -> Vec<orchestrator::steps_file::StepSpec> {
+    for spec in &mut specs {
+        match spec.name.as_str() {
+            "payment" => spec.address = format!("http://{}", addrs.payment),
+            "inventory" => spec.address = format!("http://{}", addrs.inventory),
+            _ => {}
+        }
+    }
+    specs
+}
+
 /// Places the demo orders once the orchestrator (already bound at `addr`)
 /// serves; a failure is logged, never fatal: the demo data is a
 /// convenience.
@@ -202,12 +218,9 @@ pub async fn run(config: DevConfig) -> Result<(), BoxError> {
     let addrs = listeners.addresses()?;
     let options = serve_options(&config)?;
     let (payment_channel, inventory_channel) = channels(&config, &addrs)?;
-    let definition = OrderParticipants::with_caller(
-        payment_channel.clone(),
-        inventory_channel.clone(),
-        config.engine.caller(options.service.clone()),
-    )
-    .definition_of(&config.steps.specs()?, &config.tls)?;
+    let specs = hosted_here(config.steps.specs()?, &addrs);
+    let caller = config.engine.caller(options.service.clone());
+    let definition = orchestrator::participant::definition_of(&specs, &caller, &config.tls)?;
     let limits = config.engine.call_limits(definition.steps().len());
     let history = history_retention(&config, &limits)?;
     let kit = || -> Result<Kit, BoxError> {

@@ -10,7 +10,7 @@
 use crate::store::{Deduction, InventoryStore, Line, ProductOperation, ProductView, StockAddition};
 use participant_kit::faults::CallKind;
 use participant_kit::pipeline::Call;
-use participant_kit::{Kit, batch, wire};
+use participant_kit::{Kit, wire};
 use saga_proto::inventory::v1 as pb;
 use saga_proto::participant::v1 as participant;
 use service_kit::time::timestamp;
@@ -65,16 +65,16 @@ fn deduction(request_id: String, lines: Vec<pb::Line>) -> Result<Deduction, Stat
         }
     }
     bad.into_result()?;
-    let deduction = Deduction {
+    let deduction = Deduction::new(
         request_id,
-        lines: lines
+        lines
             .into_iter()
             .map(|line| Line {
                 product_id: line.product_id,
                 quantity: line.quantity,
             })
             .collect(),
-    };
+    );
     if deduction.total_units().is_none() {
         return Err(validate::invalid(
             "lines",
@@ -111,8 +111,7 @@ macro_rules! deduction_span {
 }
 
 impl InventoryApi {
-    /// One Deduct, started (token checked) as `call`: on its own or in a
-    /// batch alike.
+    /// One Deduct, started (token checked) as `call`.
     async fn deduct_one(
         &self,
         call: Call<'_>,
@@ -144,39 +143,6 @@ impl pb::inventory_service_server::InventoryService for InventoryApi {
         let call = self.kit.call("deduct", CallKind::Action, &request)?;
         let reply = self.deduct_one(call, request.into_inner()).await?;
         Ok(Response::new(reply))
-    }
-
-    async fn deduct_batch(
-        &self,
-        request: Request<pb::DeductBatchRequest>,
-    ) -> Result<Response<pb::DeductBatchResponse>, Status> {
-        let _timer = self
-            .kit
-            .batch("deduct_batch", &request, request.get_ref().calls.len())?;
-        let calls = request.into_inner().calls;
-        let results = batch::run(calls.into_iter().enumerate(), |(i, c)| async move {
-            let Some(request) = c.request else {
-                return Err(validate::invalid(
-                    &format!("calls[{i}].request"),
-                    "must be set",
-                ));
-            };
-            let call = self
-                .kit
-                .batched_call("deduct", CallKind::Action, &c.traceparent);
-            self.deduct_one(call, request).await
-        })
-        .await;
-        let results = results
-            .into_iter()
-            .map(|result| pb::DeductResult {
-                result: Some(match result {
-                    Ok(reply) => pb::deduct_result::Result::Reply(reply),
-                    Err(status) => pb::deduct_result::Result::Error(batch::call_error(&status)),
-                }),
-            })
-            .collect();
-        Ok(Response::new(pb::DeductBatchResponse { results }))
     }
 
     async fn restock(

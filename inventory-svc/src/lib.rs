@@ -11,11 +11,14 @@
 //! - [`store`]: the [`store::InventoryStore`] trait (domain types only), the
 //!   inventory rules written once over a store transaction
 //!   ([`store::stock`]), and their embedded SQLite and MongoDB backends;
-//! - [`grpc`]: the `inventory.v1` mapping to and from the store's types.
+//! - [`grpc`]: the `inventory.v1` mapping to and from the store's types;
+//! - [`step`]: the same store as a saga step (`participant.v1.SagaStepService`,
+//!   served by the kit): Act deducts the order's lines, Compensate restocks them.
 
 #![warn(missing_docs)]
 
 pub mod grpc;
+pub mod step;
 pub mod store;
 
 use saga_proto::inventory::v1::inventory_service_server::InventoryServiceServer;

@@ -35,6 +35,7 @@ fn order(request_id: &str, lines: &[(&str, i64)]) -> Deduction {
     };
     let lines = lines.iter().map(line).collect();
     Deduction {
+        parameters: None,
         request_id: request_id.to_owned(),
         lines,
     }

@@ -144,8 +144,11 @@ impl EngineConfig {
 
     /// How participant calls are made: this deadline, carrying `service`'s
     /// token.
-    pub fn caller(&self, service: service_kit::auth::TokenAuth) -> crate::order_saga::call::Caller {
-        crate::order_saga::call::Caller::new(self.call_timeout()).with_service_token(service)
+    pub fn caller(
+        &self,
+        service: service_kit::auth::TokenAuth,
+    ) -> crate::participant::call::Caller {
+        crate::participant::call::Caller::new(self.call_timeout()).with_service_token(service)
     }
 
     /// Longest a CreateOrder with `wait` is held.
@@ -318,12 +321,20 @@ impl ConsoleConfig {
 /// The saga's steps; shared by `serve` and `dev`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StepsConfig {
-    /// A TOML file listing the saga's steps in order: the built-in
-    /// `payment` and `inventory`, or any `participant.v1.SagaStepService`
-    /// at an address (docs/participant-protocol.md). Without it: payment,
-    /// then inventory.
+    /// A TOML file listing the saga's steps in order, each a
+    /// `participant.v1.SagaStepService` at an address
+    /// (docs/participant-protocol.md). Without it:
+    /// orchestrator/default-steps.toml (payment, then inventory).
     #[arg(long, env = "SAGA_STEPS_FILE")]
     pub steps_file: Option<PathBuf>,
+    /// Moves a listed step to another address: NAME=URL, repeated or
+    /// comma-separated (e.g. payment=http://payment-svc:50052).
+    #[arg(
+        long = "step-address",
+        env = "SAGA_STEP_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub step_addresses: Vec<String>,
 }
 
 impl StepsConfig {
@@ -331,10 +342,15 @@ impl StepsConfig {
     pub fn specs(
         &self,
     ) -> Result<Vec<crate::steps_file::StepSpec>, crate::steps_file::StepsFileError> {
-        match &self.steps_file {
-            Some(path) => crate::steps_file::load(path),
-            None => Ok(crate::steps_file::default_steps()),
-        }
+        let (specs, file) = match &self.steps_file {
+            Some(path) => (crate::steps_file::load(path)?, path.display().to_string()),
+            None => (
+                crate::steps_file::default_steps(),
+                "orchestrator/default-steps.toml (the default)".to_owned(),
+            ),
+        };
+        crate::steps_file::with_addresses(specs, &self.step_addresses)
+            .map_err(|problem| crate::steps_file::StepsFileError { file, problem })
     }
 }
 
@@ -347,14 +363,8 @@ pub struct ServeConfig {
     /// Directory holding the embedded store (orchestrator.db).
     #[arg(long, env = "ORCHESTRATOR_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
-    /// payment-svc address.
-    #[arg(long, env = "PAYMENT_ADDR", default_value = "http://127.0.0.1:50052")]
-    pub payment_addr: String,
-    /// inventory-svc address.
-    #[arg(long, env = "INVENTORY_ADDR", default_value = "http://127.0.0.1:50053")]
-    pub inventory_addr: String,
     #[command(flatten)]
-    /// The saga's steps (`--steps-file`).
+    /// The saga's steps (`--steps-file`, `--step-address`).
     pub steps: StepsConfig,
     #[command(flatten)]
     /// The saga console (`--console-listen`, `--no-console`).
@@ -542,11 +552,10 @@ mod tests {
     #[tokio::test]
     async fn the_shared_call_limits_are_the_orchestrators_defaults() {
         let cli = Cli::try_parse_from(["orchestrator"]).unwrap();
-        let nowhere = || crate::participant_channel("http://127.0.0.1:1").expect("channel");
-        let definition =
-            crate::order_saga::OrderParticipants::new(nowhere(), nowhere(), Duration::from_secs(1))
-                .definition()
-                .expect("the order saga");
+        let caller = crate::participant::call::Caller::new(Duration::from_secs(1));
+        let specs = cli.serve.steps.specs().expect("the default steps");
+        let definition = crate::participant::definition_of(&specs, &caller, &Default::default())
+            .expect("the order saga");
         assert_eq!(
             definition.steps().len(),
             limits::ORDER_SAGA_STEPS as usize,

@@ -1,9 +1,11 @@
 //! The saga orchestrator.
 //!
 //! `CreateOrder` persists an order saga — the order and the intent of its
-//! first step — before anything else, then drives it: charge the customer
-//! (payment-svc), deduct the stock (inventory-svc). When a step is refused,
-//! the steps already applied are compensated in reverse order (refund).
+//! first step — before anything else, then drives it through its steps,
+//! each a participant of `participant.v1.SagaStepService` (by default:
+//! charge the customer at payment-svc, deduct the stock at inventory-svc).
+//! When a step is refused, the steps already applied are compensated in
+//! reverse order (refund).
 //! Every outcome is persisted before the next RPC, so after a crash each
 //! unfinished saga is simply resumed from its stored state.
 //!
@@ -13,8 +15,9 @@
 //!   moves the saga on.
 //! - [`step`]: what a step is ([`step::SagaStep`]: names plus action and
 //!   compensation) and a saga definition (a list of steps).
-//! - [`order_saga`]: the order saga's steps over gRPC, and the one place
-//!   participant statuses are classified into domain outcomes.
+//! - [`participant`]: every step over the participant contract (batched
+//!   under load), and the one place participant answers are read into
+//!   domain outcomes.
 //! - [`executor`]: runs the engine's decisions with retries and persists
 //!   every result; leases and the recovery sweep.
 //! - [`store`]: the storage trait and its embedded SQLite and MongoDB
@@ -31,8 +34,8 @@
 //!   same use cases, on its own HTTP listener.
 //! - [`retention`]: finished sagas expire — the purge of the embedded
 //!   store (MongoDB: a TTL index), the archive written before deleting.
-//! - [`steps_file`]: the saga's steps from configuration (built-in or any
-//!   `participant.v1.SagaStepService`).
+//! - [`steps_file`]: the saga's steps from configuration (each a
+//!   `participant.v1.SagaStepService` at an address).
 //! - [`config`]: the binary's command line.
 
 #![warn(missing_docs)]
@@ -47,7 +50,7 @@ pub mod executor;
 pub mod grpc;
 pub mod history_audit;
 pub mod hub;
-pub mod order_saga;
+pub mod participant;
 pub mod retention;
 pub mod saga;
 pub mod step;

@@ -6,7 +6,6 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use orchestrator::config::{Cli, Command, RENAMED_ENV, ServeConfig};
-use orchestrator::order_saga::OrderParticipants;
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 
@@ -63,12 +62,8 @@ async fn serve(
         &shutdown,
     )
     .await?;
-    let definition = OrderParticipants::with_caller(
-        orchestrator::participant_channel_with(&config.payment_addr, &config.tls)?,
-        orchestrator::participant_channel_with(&config.inventory_addr, &config.tls)?,
-        config.engine.caller(config.service.build()?),
-    )
-    .definition_of(&specs, &config.tls)?;
+    let caller = config.engine.caller(config.service.build()?);
+    let definition = orchestrator::participant::definition_of(&specs, &caller, &config.tls)?;
     tracing::info!(steps = ?definition.names().iter().map(|n| n.name).collect::<Vec<_>>(), "the saga's steps");
     let console = match config.console.listen() {
         Some(addr) => {

@@ -9,7 +9,7 @@
 //! The executor sees only domain outcomes ([`StepOutcome`]): whether a call
 //! was applied, refused for a business reason, or left its outcome unknown.
 //! Turning a transport's status into one of those is the step
-//! implementation's job (for the order saga, `order_saga::classify`), so no
+//! implementation's job (for participants, `participant::reply`), so no
 //! wire type reaches the engine or the executor.
 
 use crate::engine::StepNames;

@@ -2,30 +2,31 @@
 //! through, in which order.
 //!
 //! A small TOML file (`--steps-file`, `SAGA_STEPS_FILE`) lists the steps in
-//! forward order; compensations run in reverse. Each step is either one of
-//! the built-in participants (`builtin = "payment"`, `builtin =
-//! "inventory"`, reached at `--payment-addr` / `--inventory-addr`) or any
-//! service that implements `participant.v1.SagaStepService`, at its
-//! `address`:
+//! forward order; compensations run in reverse. Every step is a service
+//! that implements `participant.v1.SagaStepService`, at its `address` —
+//! payment-svc and inventory-svc as much as a team's own:
 //!
 //! ```toml
 //! [[steps]]
-//! builtin = "payment"
-//!
-//! [[steps]]
-//! builtin = "inventory"
+//! name = "payment"
+//! address = "http://127.0.0.1:50052"
+//! action = "charge"              # labels people read (GetSaga, console)
+//! compensation = "refund"
 //!
 //! [[steps]]
 //! name = "shipping"
 //! address = "http://127.0.0.1:50054"
-//! action = "ship"                # labels people read (GetSaga, console)
+//! action = "ship"
 //! compensation = "cancel_shipment"
 //! ```
 //!
-//! Without a file the saga is the two built-in steps. The file is checked
-//! whole at start-up and refused with one line naming the entry at fault
-//! (an unknown built-in, a duplicate or invalid name, a missing address, an
-//! unknown key), so a typo never starts an orchestrator with the wrong saga.
+//! Without a file the saga is `orchestrator/default-steps.toml`: payment,
+//! then inventory. `--step-address NAME=URL` (`SAGA_STEP_ADDRESSES`,
+//! comma-separated) moves a listed step to another address, so one file
+//! serves every environment. The file is checked whole at start-up and
+//! refused with one line naming the entry at fault (a duplicate or invalid
+//! name, a missing address, an unknown key, an address for a step it does
+//! not list), so a typo never starts an orchestrator with the wrong saga.
 //!
 //! A step's name is part of every request id it sends (`<saga_id>:<name>`)
 //! and is stored with each saga: renaming a step is removing it and adding
@@ -34,55 +35,9 @@
 use serde::Deserialize;
 use std::path::Path;
 
-/// The built-in participants a step may name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Builtin {
-    /// payment-svc: charge, refund.
-    Payment,
-    /// inventory-svc: deduct, restock.
-    Inventory,
-}
-
-impl Builtin {
-    /// The step's name, which is also the built-in's name in the file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Builtin::Payment => "payment",
-            Builtin::Inventory => "inventory",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Self> {
-        match name {
-            "payment" => Some(Builtin::Payment),
-            "inventory" => Some(Builtin::Inventory),
-            _ => None,
-        }
-    }
-}
-
-/// One configured step.
+/// One configured step: a `participant.v1.SagaStepService` at an address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepSpec {
-    /// A built-in participant.
-    Builtin(Builtin),
-    /// Any `participant.v1.SagaStepService`.
-    Generic(GenericSpec),
-}
-
-impl StepSpec {
-    /// The step's name in the saga.
-    pub fn name(&self) -> &str {
-        match self {
-            StepSpec::Builtin(builtin) => builtin.name(),
-            StepSpec::Generic(generic) => &generic.name,
-        }
-    }
-}
-
-/// A step served by a `participant.v1.SagaStepService` at an address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GenericSpec {
+pub struct StepSpec {
     /// The step's name (its request ids end in `:<name>`).
     pub name: String,
     /// Where its participant listens (`http://host:port`, `https://...`, or
@@ -94,12 +49,45 @@ pub struct GenericSpec {
     pub compensation: String,
 }
 
-/// The default saga: payment, then inventory.
+/// The default saga's steps file.
+pub const DEFAULT_STEPS: &str = include_str!("../default-steps.toml");
+
+/// The default saga: payment, then inventory ([`DEFAULT_STEPS`]).
 pub fn default_steps() -> Vec<StepSpec> {
-    vec![
-        StepSpec::Builtin(Builtin::Payment),
-        StepSpec::Builtin(Builtin::Inventory),
-    ]
+    parse(DEFAULT_STEPS).unwrap_or_default()
+}
+
+/// `specs` with the addresses `overrides` give (`name=url` each), every
+/// one checked: a name that is not a step, a malformed entry or address,
+/// a step given twice is refused, naming it.
+pub fn with_addresses(
+    mut specs: Vec<StepSpec>,
+    overrides: &[String],
+) -> Result<Vec<StepSpec>, String> {
+    let mut given: Vec<&str> = Vec::new();
+    for entry in overrides.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let Some((name, address)) = entry.split_once('=') else {
+            return Err(format!(
+                "--step-address {entry:?}: expected NAME=URL, e.g. payment=http://payment-svc:50052"
+            ));
+        };
+        let (name, address) = (name.trim(), address.trim());
+        check_address(address).map_err(|e| format!("--step-address {name}: {e}"))?;
+        if given.contains(&name) {
+            return Err(format!("--step-address {name}: given twice"));
+        }
+        given.push(name);
+        let Some(at) = specs.iter().position(|s| s.name == name) else {
+            let known: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            return Err(format!(
+                "--step-address {name}: the saga has no step {name:?} (its steps: {})",
+                known.join(", ")
+            ));
+        };
+        let spec = &mut specs[at];
+        spec.address = address.to_owned();
+    }
+    Ok(specs)
 }
 
 /// Why a steps file was refused: one line, naming the file and the entry.
@@ -139,10 +127,10 @@ pub fn parse(text: &str) -> Result<Vec<StepSpec>, String> {
         let spec = entry
             .check()
             .map_err(|problem| format!("{label}: {problem}"))?;
-        if specs.iter().any(|s| s.name() == spec.name()) {
+        if specs.iter().any(|s| s.name == spec.name) {
             return Err(format!(
                 "{label}: the name {:?} is used by an earlier step (names identify steps in stored sagas and request ids)",
-                spec.name()
+                spec.name
             ));
         }
         specs.push(spec);
@@ -167,7 +155,6 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct Entry {
     name: Option<String>,
-    builtin: Option<String>,
     address: Option<String>,
     action: Option<String>,
     compensation: Option<String>,
@@ -176,70 +163,29 @@ struct Entry {
 impl Entry {
     /// How an error names this entry: its position and what it calls itself.
     fn label(&self, position: usize) -> String {
-        match self.name.as_deref().or(self.builtin.as_deref()) {
+        match self.name.as_deref() {
             Some(name) => format!("step {position} ({name:?})"),
             None => format!("step {position}"),
         }
     }
 
     fn check(self) -> Result<StepSpec, String> {
-        if let Some(builtin) = self.builtin {
-            return check_builtin(
-                &builtin,
-                self.name,
-                self.address,
-                self.action,
-                self.compensation,
-            );
-        }
-        let name = self
-            .name
-            .ok_or("needs a name (or builtin = \"payment\" / \"inventory\")")?;
+        let name = self.name.ok_or("needs a name")?;
         check_name(&name)?;
         let address = self
             .address
             .filter(|a| !a.trim().is_empty())
-            .ok_or("address is missing: a step that is not built in is called at the address of its participant.v1.SagaStepService")?;
+            .ok_or("address is missing: a step is called at the address of its participant.v1.SagaStepService")?;
         check_address(&address)?;
         let action = label_or(self.action, "act", "action")?;
         let compensation = label_or(self.compensation, "compensate", "compensation")?;
-        Ok(StepSpec::Generic(GenericSpec {
+        Ok(StepSpec {
             name,
             address,
             action,
             compensation,
-        }))
+        })
     }
-}
-
-fn check_builtin(
-    builtin: &str,
-    name: Option<String>,
-    address: Option<String>,
-    action: Option<String>,
-    compensation: Option<String>,
-) -> Result<StepSpec, String> {
-    let Some(known) = Builtin::parse(builtin) else {
-        return Err(format!(
-            "unknown builtin {builtin:?} (the built-in steps are \"payment\" and \"inventory\")"
-        ));
-    };
-    if name.as_deref().is_some_and(|n| n != known.name()) {
-        return Err(format!(
-            "a built-in step keeps its name: leave out name, or set it to {:?}",
-            known.name()
-        ));
-    }
-    if address.is_some() {
-        return Err(format!(
-            "a built-in step takes its address from --{}-addr, not from the file",
-            known.name()
-        ));
-    }
-    if action.is_some() || compensation.is_some() {
-        return Err("a built-in step's action and compensation are fixed".to_owned());
-    }
-    Ok(StepSpec::Builtin(known))
 }
 
 /// Names are lowercase letters, digits, `_` and `-`, starting with a
@@ -288,10 +234,12 @@ mod tests {
 
     const THREE: &str = r#"
         [[steps]]
-        builtin = "payment"
+        name = "payment"
+        address = "http://127.0.0.1:50052"
 
         [[steps]]
-        builtin = "inventory"
+        name = "inventory"
+        address = "127.0.0.1:50053"
 
         [[steps]]
         name = "shipping"
@@ -303,27 +251,81 @@ mod tests {
     #[test]
     fn the_steps_come_in_the_order_of_the_file() {
         let specs = parse(THREE).expect("valid");
-        let names: Vec<&str> = specs.iter().map(StepSpec::name).collect();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["payment", "inventory", "shipping"]);
         assert_eq!(
             specs[2],
-            StepSpec::Generic(GenericSpec {
+            StepSpec {
                 name: "shipping".into(),
                 address: "http://127.0.0.1:50054".into(),
                 action: "ship".into(),
                 compensation: "cancel_shipment".into(),
-            })
+            }
         );
     }
 
     #[test]
-    fn a_generic_step_without_labels_gets_act_and_compensate() {
-        let specs = parse("[[steps]]\nname = \"points\"\naddress = \"points:7000\"\n").unwrap();
-        let StepSpec::Generic(spec) = &specs[0] else {
-            panic!("{specs:?}")
-        };
+    fn the_default_saga_is_payment_then_inventory_by_the_contract() {
+        let specs = default_steps();
+        let steps: Vec<(&str, &str, &str, &str)> = specs
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    s.address.as_str(),
+                    s.action.as_str(),
+                    s.compensation.as_str(),
+                )
+            })
+            .collect();
         assert_eq!(
-            (spec.action.as_str(), spec.compensation.as_str()),
+            steps,
+            [
+                ("payment", "http://127.0.0.1:50052", "charge", "refund"),
+                ("inventory", "http://127.0.0.1:50053", "deduct", "restock"),
+            ]
+        );
+    }
+
+    #[test]
+    fn step_addresses_move_listed_steps_and_refuse_anything_else() {
+        let moved = with_addresses(
+            default_steps(),
+            &[
+                "inventory=http://stock:7000".into(),
+                " payment = https://pay:443 ".into(),
+                String::new(),
+            ],
+        )
+        .expect("valid");
+        assert_eq!(moved[0].address, "https://pay:443");
+        assert_eq!(moved[1].address, "http://stock:7000");
+        assert_eq!(moved[1].action, "deduct", "only the address changes");
+        let cases = [
+            (
+                "shipping=http://h:1",
+                "the saga has no step \"shipping\" (its steps: payment, inventory)",
+            ),
+            ("payment", "expected NAME=URL"),
+            ("payment=nowhere", "--step-address payment: invalid address"),
+        ];
+        for (entry, expected) in cases {
+            let error = with_addresses(default_steps(), &[entry.into()]).expect_err(entry);
+            assert!(error.contains(expected), "{entry}: {error}");
+        }
+        let twice = with_addresses(
+            default_steps(),
+            &["payment=h:1".into(), "payment=h:2".into()],
+        )
+        .expect_err("twice");
+        assert!(twice.contains("given twice"), "{twice}");
+    }
+
+    #[test]
+    fn a_step_without_labels_gets_act_and_compensate() {
+        let specs = parse("[[steps]]\nname = \"points\"\naddress = \"points:7000\"\n").unwrap();
+        assert_eq!(
+            (specs[0].action.as_str(), specs[0].compensation.as_str()),
             ("act", "compensate")
         );
     }
@@ -334,11 +336,7 @@ mod tests {
         let cases = [
             ("", "no [[steps]]"),
             (
-                "[[steps]]\nbuiltin = \"shiping\"\n",
-                "step 1 (\"shiping\"): unknown builtin",
-            ),
-            (
-                "[[steps]]\nbuiltin = \"payment\"\n[[steps]]\nbuiltin = \"payment\"\n",
+                "[[steps]]\nname = \"payment\"\naddress = \"h:1\"\n[[steps]]\nname = \"payment\"\naddress = \"h:2\"\n",
                 "step 2 (\"payment\"): the name \"payment\" is used by an earlier step",
             ),
             (
@@ -353,18 +351,14 @@ mod tests {
                 "[[steps]]\nname = \"shipping\"\naddress = \"nowhere\"\n",
                 "step 1 (\"shipping\"): invalid address",
             ),
-            (
-                "[[steps]]\nbuiltin = \"payment\"\naddress = \"h:1\"\n",
-                "step 1 (\"payment\"): a built-in step takes its address from --payment-addr",
-            ),
-            (
-                "[[steps]]\nbuiltin = \"inventory\"\nname = \"stock\"\n",
-                "step 1 (\"stock\"): a built-in step keeps its name",
-            ),
             ("[[steps]]\naddress = \"h:1\"\n", "step 1: needs a name"),
             (
                 "[[steps]]\nname = \"a\"\naddres = \"h:1\"\n",
                 "unknown field `addres`",
+            ),
+            (
+                "[[steps]]\nbuiltin = \"payment\"\n",
+                "unknown field `builtin`",
             ),
             ("[[steps]\n", "TOML parse error"),
         ];

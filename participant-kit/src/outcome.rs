@@ -217,6 +217,16 @@ pub enum ParticipantError {
     /// The store failed; safe to retry → UNAVAILABLE.
     #[error("store unavailable: {0}")]
     Store(String),
+    /// A field of the call cannot be used by this participant (checked
+    /// where the call is mapped onto its rules) → INVALID_ARGUMENT with a
+    /// `google.rpc.BadRequest` naming it; nothing is recorded.
+    #[error("{field}: {problem}")]
+    InvalidArgument {
+        /// The field as the request spells it (`order.total_cents`).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl<E: std::fmt::Display> From<BarrierError<E>> for ParticipantError {
@@ -274,12 +284,18 @@ impl ParticipantError {
             ParticipantError::OutOfRange(_) => (Code::OutOfRange, reason("VALUE_OUT_OF_RANGE")),
             ParticipantError::Corrupt(_) => (Code::Internal, reason("STORED_DATA_CORRUPT")),
             ParticipantError::Store(_) => (Code::Unavailable, reason("STORE_UNAVAILABLE")),
+            ParticipantError::InvalidArgument { .. } => {
+                (Code::InvalidArgument, reason("INVALID_ARGUMENT"))
+            }
         }
     }
 }
 
 impl From<ParticipantError> for Status {
     fn from(e: ParticipantError) -> Status {
+        if let ParticipantError::InvalidArgument { field, problem } = &e {
+            return service_kit::validate::invalid(field, problem);
+        }
         let (code, reason) = e.code_and_reason();
         reason.status(code, e.to_string())
     }

@@ -29,6 +29,7 @@ use crate::history_service::{self, OperationLog};
 use crate::outcome::{ActionReply, Admission, ParticipantError};
 use crate::refusal_reasons::RefusalReasons;
 use crate::retention::{HistoryExpiry, HistoryPurger, HistoryRetention};
+use crate::step::{self, StepStore};
 use crate::{CompensationResult, metrics};
 use service_kit::clock::SharedClock;
 use service_kit::metrics::CallTimer;
@@ -156,7 +157,7 @@ impl Kit {
         Ok(timer)
     }
 
-    /// Starts a batch of saga calls (ChargeBatch, DeductBatch) named `rpc`
+    /// Starts a batch of saga calls (ActBatch, CompensateBatch) named `rpc`
     /// holding `calls` calls, timed as a whole under `rpc` (each call is
     /// timed under its own name too): the service token is checked once,
     /// for the batch, before anything else, and the batch may hold at most
@@ -175,7 +176,7 @@ impl Kit {
     }
 
     /// Starts one call of a batch whose token [`Kit::batch`] checked: timed
-    /// and counted under its own `rpc` (`charge`, `deduct`), its span in
+    /// and counted under its own `rpc` (`act`, `compensate`), its span in
     /// the trace of its own `traceparent` — exactly as if it had come on
     /// its own.
     pub fn batched_call(&self, rpc: &'static str, kind: CallKind, traceparent: &str) -> Call<'_> {
@@ -217,9 +218,10 @@ impl Kit {
     }
 
     /// This participant's gRPC server on `listener`: `service` (its own
-    /// gRPC service), `participant.v1.OperationHistoryService` and the
-    /// `faults.v1` admin API behind readiness, with health and reflection,
-    /// draining once `shutdown` fires. Started at once
+    /// gRPC service), `participant.v1.SagaStepService` (every participant
+    /// serves the step contract), `participant.v1.OperationHistoryService`
+    /// and the `faults.v1` admin API behind readiness, with health and
+    /// reflection, draining once `shutdown` fires. Started at once
     /// ([`GrpcServer::start`]) it answers health while the store opens;
     /// [`Kit::serve_on`] makes it ready.
     pub fn server(
@@ -228,35 +230,39 @@ impl Kit {
         listener: TcpListener,
         shutdown: &Shutdown,
     ) -> Result<GrpcServer, ServeError> {
+        let mut services = vec![service];
+        if service != step::SERVICE_NAME {
+            services.push(step::SERVICE_NAME);
+        }
+        services.extend([history_service::SERVICE_NAME, faults::SERVICE_NAME]);
         GrpcServer::new(
             &self.options,
             listener,
             saga_proto::FILE_DESCRIPTOR_SET,
-            &[service, history_service::SERVICE_NAME, faults::SERVICE_NAME],
+            &services,
             shutdown,
         )
     }
 
-    /// Serves `routes` (the participant's own service, named `service`)
-    /// plus `participant.v1.OperationHistoryService` over `log`, the
+    /// Serves `routes` (the participant's own services, if any, its main
+    /// one named `service`) plus `participant.v1.SagaStepService` and
+    /// `participant.v1.OperationHistoryService` over `store`, the
     /// `faults.v1` admin API, reflection and health on `listener` until
     /// `shutdown` fires and the calls in flight have finished; beside it,
-    /// the purge of `expiry` (the same store) every purge interval, its
-    /// gauge labelled `store_size_bytes{service = label}`. Ready at once:
-    /// the store is open.
-    #[allow(clippy::too_many_arguments)]
+    /// the purge of the same store every purge interval, its gauge
+    /// labelled `store_size_bytes{service = label}`. Ready at once: the
+    /// store is open.
     pub async fn serve(
         &self,
         routes: Routes,
         service: &'static str,
         label: &'static str,
-        log: Arc<dyn OperationLog>,
-        expiry: Arc<dyn HistoryExpiry>,
+        store: Arc<dyn StepStore>,
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> Result<(), ServeError> {
         let server = self.server(service, listener, &shutdown)?;
-        self.serve_on(routes, label, log, expiry, server).await
+        self.serve_on(routes, label, store, server).await
     }
 
     /// [`Kit::serve`] on a `server` from [`Kit::server`], which may already
@@ -266,10 +272,11 @@ impl Kit {
         &self,
         routes: Routes,
         label: &'static str,
-        log: Arc<dyn OperationLog>,
-        expiry: Arc<dyn HistoryExpiry>,
+        store: Arc<dyn StepStore>,
         mut server: GrpcServer,
     ) -> Result<(), ServeError> {
+        let log: Arc<dyn OperationLog> = store.clone();
+        let expiry: Arc<dyn HistoryExpiry> = store.clone();
         let purge = tokio::spawn(service_kit::purge::run_purge_loop(
             Arc::new(HistoryPurger::new(expiry, self.history.keep)),
             label,
@@ -279,6 +286,7 @@ impl Kit {
         ));
         server.ready(
             routes
+                .add_service(step::StepApi::server(store, self))
                 .add_service(history_service::service(log, self))
                 .add_service(faults::service_with(self.faults.clone(), &self.options)),
         );

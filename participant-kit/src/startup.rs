@@ -173,11 +173,13 @@ async fn open_store<P: Participant>(
 /// [`participant_defaults!`](crate::participant_defaults)), its store trait
 /// and the embedded and MongoDB types implementing it, and its gRPC service
 /// (the generated server type and the adapter it wraps, whose constructor
-/// is `new(store, kit)`). The store trait must extend
+/// is `new(store, kit)`). The store trait object must implement
+/// [`StepStore`](crate::step::StepStore) (how the store serves the step
+/// contract) and extend
 /// [`OperationLog`](crate::OperationLog). Expands to the marker type, its
 /// [`Participant`] impl, a `pub async fn serve(store, kit, listener,
-/// shutdown)` that serves the service (with `OperationHistoryService` over
-/// the store, the `faults.v1` admin API, reflection and health, and the
+/// shutdown)` that serves the service (with `SagaStepService` and
+/// `OperationHistoryService` over the store, the `faults.v1` admin API, reflection and health, and the
 /// store's purge) until `shutdown` fires and the calls in flight have
 /// finished, and `pub async fn serve_on(store, kit, server)`, the same on a
 /// server from [`Kit::server`] that may already answer health. The store trait must also extend
@@ -269,9 +271,9 @@ macro_rules! participant {
         ) -> Result<(), $crate::__private::ServeError> {
             let api = $server::new(<$api>::new(store.clone(), kit.clone()))
                 .max_decoding_message_size(kit.max_request_bytes());
-            let log: $crate::__private::Arc<dyn $crate::OperationLog> = store.clone();
-            let expiry: $crate::__private::Arc<dyn $crate::HistoryExpiry> = store;
-            kit.serve_on($crate::__private::Routes::new(api), $name, log, expiry, server)
+            let steps: $crate::__private::Arc<dyn $crate::step::StepStore> =
+                $crate::__private::Arc::new($crate::step::Shared(store));
+            kit.serve_on($crate::__private::Routes::new(api), $name, steps, server)
                 .await
         }
     };

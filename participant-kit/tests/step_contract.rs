@@ -21,7 +21,7 @@
 use participant_kit::counter::{Add, Counter, Take};
 use participant_kit::faults::{FaultSettings, Faults};
 use participant_kit::step::{
-    Acted, Listing, SqliteSteps, StepCall, StepRefusal, StepRules, StepStore, StepTx,
+    Acted, Listing, RulesStore, SqliteSteps, StepCall, StepRefusal, StepRules, StepTx,
 };
 use participant_kit::{Failure, Kit, OperationRecord, ParticipantError};
 use saga_proto::participant::v1 as pb;
@@ -126,7 +126,7 @@ impl StepRules for Tokens {
 struct Served {
     step: SagaStepServiceClient<Channel>,
     history: OperationHistoryServiceClient<Channel>,
-    store: Arc<dyn StepStore>,
+    store: Arc<dyn RulesStore>,
     faults: Arc<Faults>,
     fail_compensation: Arc<AtomicBool>,
     shutdown: Shutdown,
@@ -143,7 +143,7 @@ async fn serve(token: Option<&str>) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let rules = Tokens::default();
     let fail_compensation = rules.fail_compensation.clone();
-    let store: Arc<dyn StepStore> = Arc::new(
+    let store: Arc<dyn RulesStore> = Arc::new(
         SqliteSteps::open(
             &dir.path().join("steps.db"),
             embedded_store::Durability::Process,

@@ -10,7 +10,7 @@
 use crate::store::{AccountView, PaymentStore, Transfer};
 use participant_kit::faults::CallKind;
 use participant_kit::pipeline::Call;
-use participant_kit::{Kit, batch, wire};
+use participant_kit::{Kit, wire};
 use saga_proto::payment::v1 as pb;
 use service_kit::validate;
 use std::sync::Arc;
@@ -52,11 +52,7 @@ fn transfer(
     bad.id("customer_id", &customer_id);
     bad.positive("amount_cents", amount_cents);
     bad.into_result()?;
-    Ok(Transfer {
-        request_id,
-        customer_id,
-        amount_cents,
-    })
+    Ok(Transfer::new(request_id, customer_id, amount_cents))
 }
 
 /// The call's span, named after the RPC: what the transfer is and which
@@ -74,8 +70,7 @@ macro_rules! span {
 }
 
 impl PaymentApi {
-    /// One Charge, started (token checked) as `call`: on its own or in a
-    /// batch alike.
+    /// One Charge, started (token checked) as `call`.
     async fn charge_one(
         &self,
         call: Call<'_>,
@@ -108,39 +103,6 @@ impl pb::payment_service_server::PaymentService for PaymentApi {
         let call = self.kit.call("charge", CallKind::Action, &request)?;
         let reply = self.charge_one(call, request.into_inner()).await?;
         Ok(Response::new(reply))
-    }
-
-    async fn charge_batch(
-        &self,
-        request: Request<pb::ChargeBatchRequest>,
-    ) -> Result<Response<pb::ChargeBatchResponse>, Status> {
-        let _timer = self
-            .kit
-            .batch("charge_batch", &request, request.get_ref().calls.len())?;
-        let calls = request.into_inner().calls;
-        let results = batch::run(calls.into_iter().enumerate(), |(i, c)| async move {
-            let Some(request) = c.request else {
-                return Err(validate::invalid(
-                    &format!("calls[{i}].request"),
-                    "must be set",
-                ));
-            };
-            let call = self
-                .kit
-                .batched_call("charge", CallKind::Action, &c.traceparent);
-            self.charge_one(call, request).await
-        })
-        .await;
-        let results = results
-            .into_iter()
-            .map(|result| pb::ChargeResult {
-                result: Some(match result {
-                    Ok(reply) => pb::charge_result::Result::Reply(reply),
-                    Err(status) => pb::charge_result::Result::Error(batch::call_error(&status)),
-                }),
-            })
-            .collect();
-        Ok(Response::new(pb::ChargeBatchResponse { results }))
     }
 
     async fn refund(

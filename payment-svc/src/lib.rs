@@ -9,11 +9,14 @@
 //! - [`store`]: the [`store::PaymentStore`] trait (domain types only), the
 //!   payment rules written once over a store transaction
 //!   ([`store::ledger`]), and their embedded SQLite and MongoDB backends;
-//! - [`grpc`]: the `payment.v1` mapping to and from the store's types.
+//! - [`grpc`]: the `payment.v1` mapping to and from the store's types;
+//! - [`step`]: the same store as a saga step (`participant.v1.SagaStepService`,
+//!   served by the kit): Act charges the order's total, Compensate refunds it.
 
 #![warn(missing_docs)]
 
 pub mod grpc;
+pub mod step;
 pub mod store;
 
 use saga_proto::payment::v1::payment_service_server::PaymentServiceServer;

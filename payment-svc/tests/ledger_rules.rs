@@ -30,6 +30,7 @@ fn open() -> Ledger {
 
 fn t(request_id: &str, customer: &str, cents: i64) -> Transfer {
     Transfer {
+        parameters: None,
         request_id: request_id.to_owned(),
         customer_id: customer.to_owned(),
         amount_cents: cents,

@@ -15,7 +15,6 @@ use crate::store::{SharedInventory, SharedPayment, SharedSagaTable};
 use orchestrator::app::Orchestrator;
 use orchestrator::executor::Executor;
 use orchestrator::hub::SagaHub;
-use orchestrator::order_saga::OrderParticipants;
 use orchestrator::retention::RetentionSettings;
 use orchestrator::store::SagaRetention;
 use participant_kit::{HistoryRetention, Kit};
@@ -127,7 +126,9 @@ impl Cluster {
         let kit = self.kit(clock);
         self.purge(&kit, "payment", store.clone());
         let api = payment_svc::grpc::PaymentApi::new(store.clone(), kit.clone());
+        let steps: Arc<dyn payment_svc::store::PaymentStore> = store.clone();
         Routes::new(PaymentServiceServer::new(api))
+            .add_service(step_service(steps, &kit))
             .add_service(participant_kit::history_service::service(store, &kit))
     }
 
@@ -144,7 +145,9 @@ impl Cluster {
         let kit = self.kit(clock);
         self.purge(&kit, "inventory", store.clone());
         let api = inventory_svc::grpc::InventoryApi::new(store.clone(), kit.clone());
+        let steps: Arc<dyn inventory_svc::store::InventoryStore> = store.clone();
         Routes::new(InventoryServiceServer::new(api))
+            .add_service(step_service(steps, &kit))
             .add_service(participant_kit::history_service::service(store, &kit))
     }
 
@@ -159,15 +162,30 @@ impl Cluster {
             SagaRetention::default(),
         ));
         let limits = scenario::limits();
-        let participants = OrderParticipants::new(
-            self.net.channel(host.name, incarnation.clone(), "payment"),
-            self.net
-                .channel(host.name, incarnation.clone(), "inventory"),
-            limits.call_timeout,
-        );
+        // The default saga, each step over the simulated network to the
+        // host its step is named after, through the participant contract
+        // as in the binary.
+        let caller = orchestrator::participant::call::Caller::new(limits.call_timeout);
+        let steps = orchestrator::steps_file::default_steps()
+            .iter()
+            .map(
+                |spec| -> Result<Arc<dyn orchestrator::step::SagaStep>, String> {
+                    let to = match spec.name.as_str() {
+                        "payment" => "payment",
+                        "inventory" => "inventory",
+                        other => return Err(format!("no host serves the step {other:?}")),
+                    };
+                    let channel = self.net.channel(host.name, incarnation.clone(), to);
+                    Ok(Arc::new(orchestrator::participant::ParticipantStep::new(
+                        spec,
+                        channel,
+                        caller.clone(),
+                    )))
+                },
+            )
+            .collect::<Result<Vec<_>, String>>()?;
         let definition = Arc::new(
-            participants
-                .definition()
+            orchestrator::step::SagaDefinition::new(steps)
                 .map_err(|e| format!("{}: no order saga: {e}", host.name))?,
         );
         let mut retention = RetentionSettings::default();
@@ -204,4 +222,15 @@ impl Cluster {
         let saga_api = SagaServiceServer::new(orchestrator::grpc::SagaApi::new(app));
         Ok(Routes::new(OrderServiceServer::new(api)).add_service(saga_api))
     }
+}
+
+/// `participant.v1.SagaStepService` over a participant's store, as its
+/// binary serves it (participant_kit's StepApi).
+fn step_service<S: ?Sized + participant_kit::step::StepStore>(
+    store: Arc<S>,
+    kit: &Kit,
+) -> saga_proto::participant::v1::saga_step_service_server::SagaStepServiceServer<
+    participant_kit::step::StepApi,
+> {
+    participant_kit::step::StepApi::server(Arc::new(participant_kit::step::Shared(store)), kit)
 }

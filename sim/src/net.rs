@@ -20,6 +20,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use prost::Message;
 use saga_proto::inventory::v1 as inventory;
+use saga_proto::participant::v1 as step;
 use saga_proto::payment::v1 as payment;
 use saga_proto::saga::v1 as saga;
 use service_kit::channel::GrpcChannel;
@@ -388,6 +389,30 @@ fn label(what: &Described) -> String {
     format!("{} [{}]", what.method, ids.join(" "))
 }
 
+/// What an Act and a Compensate of `step` do, by the default saga's
+/// labels (the audit speaks of charges and restocks).
+fn kinds(step: &str) -> (&'static str, &'static str) {
+    match step {
+        "payment" => ("charge", "refund"),
+        "inventory" => ("deduct", "restock"),
+        _ => ("act", "compensate"),
+    }
+}
+
+/// The calls of a batch of the step contract, each labelled by `kind`.
+fn batched(
+    message: &[u8],
+    kind: fn((&'static str, &'static str)) -> &'static str,
+) -> Option<Vec<(&'static str, String)>> {
+    step::StepCallBatch::decode(message).ok().map(|b| {
+        b.calls
+            .into_iter()
+            .filter_map(|c| c.call)
+            .map(|c| (kind(kinds(&c.step)), c.request_id))
+            .collect()
+    })
+}
+
 /// Decodes a unary gRPC request body (one length-prefixed message).
 fn describe(path: &str, body: &Bytes) -> Described {
     let method = path.rsplit('/').next().unwrap_or(path).to_owned();
@@ -406,15 +431,6 @@ fn describe(path: &str, body: &Bytes) -> Described {
                 .ok()
                 .map(|r| r.request_id),
         ),
-        "/payment.v1.PaymentService/ChargeBatch" => {
-            payment::ChargeBatchRequest::decode(message).ok().map(|b| {
-                b.calls
-                    .into_iter()
-                    .filter_map(|c| c.request)
-                    .map(|r| ("charge", r.request_id))
-                    .collect()
-            })
-        }
         "/inventory.v1.InventoryService/Deduct" => one(
             "deduct",
             inventory::DeductRequest::decode(message)
@@ -427,17 +443,14 @@ fn describe(path: &str, body: &Bytes) -> Described {
                 .ok()
                 .map(|r| r.request_id),
         ),
-        "/inventory.v1.InventoryService/DeductBatch" => {
-            inventory::DeductBatchRequest::decode(message)
-                .ok()
-                .map(|b| {
-                    b.calls
-                        .into_iter()
-                        .filter_map(|c| c.request)
-                        .map(|r| ("deduct", r.request_id))
-                        .collect()
-                })
-        }
+        "/participant.v1.SagaStepService/Act" => step::StepCall::decode(message)
+            .ok()
+            .map(|c| vec![(kinds(&c.step).0, c.request_id)]),
+        "/participant.v1.SagaStepService/Compensate" => step::StepCall::decode(message)
+            .ok()
+            .map(|c| vec![(kinds(&c.step).1, c.request_id)]),
+        "/participant.v1.SagaStepService/ActBatch" => batched(message, |k| k.0),
+        "/participant.v1.SagaStepService/CompensateBatch" => batched(message, |k| k.1),
         "/saga.v1.OrderService/CreateOrder" => one(
             "create_order",
             saga::CreateOrderRequest::decode(message)

@@ -60,64 +60,92 @@ pub use settings::*;
 pub use stack::Stack;
 pub use storage::Storage;
 
-use orchestrator::order_saga::OrderParticipants;
-use orchestrator::step::SagaDefinition;
+use orchestrator::step::{SagaDefinition, SagaStep};
+use orchestrator::steps_file::StepSpec;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The real participants' clients, as the orchestrator binary builds them.
-pub fn participants(payment: SocketAddr, inventory: SocketAddr) -> OrderParticipants {
-    OrderParticipants::new(
-        orchestrator::participant_channel(&format!("http://{payment}")).expect("payment channel"),
-        orchestrator::participant_channel(&format!("http://{inventory}"))
-            .expect("inventory channel"),
-        Duration::from_secs(2),
+/// The default steps file's steps at these participants (what
+/// `--step-address payment=...,inventory=...` makes of it).
+pub fn order_steps(payment: SocketAddr, inventory: SocketAddr) -> Vec<StepSpec> {
+    orchestrator::steps_file::with_addresses(
+        orchestrator::steps_file::default_steps(),
+        &[
+            format!("payment=http://{payment}"),
+            format!("inventory=http://{inventory}"),
+        ],
     )
+    .expect("the default steps at these addresses")
+}
+
+/// The saga `specs` list, each step called with a 2 s deadline, as the
+/// orchestrator binary builds it.
+pub fn saga_of(specs: &[StepSpec]) -> Arc<SagaDefinition> {
+    let caller = orchestrator::participant::call::Caller::new(Duration::from_secs(2));
+    Arc::new(
+        orchestrator::participant::definition_of(specs, &caller, &Default::default())
+            .expect("the saga of the steps"),
+    )
+}
+
+/// The order saga over these channels to payment-svc and inventory-svc
+/// (TLS, an in-process link), called as `caller` says (deadline, token).
+pub fn order_saga_on(
+    payment: service_kit::channel::GrpcChannel,
+    inventory: service_kit::channel::GrpcChannel,
+    caller: orchestrator::participant::call::Caller,
+) -> Arc<SagaDefinition> {
+    let specs = orchestrator::steps_file::default_steps();
+    let steps = specs
+        .iter()
+        .zip([payment, inventory])
+        .map(|(spec, channel)| -> Arc<dyn SagaStep> {
+            Arc::new(orchestrator::participant::ParticipantStep::new(
+                spec,
+                channel,
+                caller.clone(),
+            ))
+        })
+        .collect();
+    Arc::new(SagaDefinition::new(steps).expect("the order saga"))
+}
+
+/// The order saga's steps over the real participants, as the orchestrator
+/// binary builds them (to wrap some in a test's own step).
+pub fn participants(payment: SocketAddr, inventory: SocketAddr) -> Vec<Arc<dyn SagaStep>> {
+    order_saga(payment, inventory).steps().to_vec()
 }
 
 /// The order saga over the real participants, as the orchestrator binary
 /// builds it.
 pub fn order_saga(payment: SocketAddr, inventory: SocketAddr) -> Arc<SagaDefinition> {
-    Arc::new(
-        participants(payment, inventory)
-            .definition()
-            .expect("order saga"),
-    )
+    saga_of(&order_steps(payment, inventory))
 }
 
-/// A steps file entry for a participant of the generic contract at `addr`:
-/// step `name`, its action and compensation labelled `labels` (default
-/// `act` / `compensate`).
-pub fn generic_step(
-    name: &str,
-    addr: SocketAddr,
-    labels: Option<(&str, &str)>,
-) -> orchestrator::steps_file::StepSpec {
+/// A steps file entry for a participant of the contract at `addr`: step
+/// `name`, its action and compensation labelled `labels` (default `act` /
+/// `compensate`).
+pub fn generic_step(name: &str, addr: SocketAddr, labels: Option<(&str, &str)>) -> StepSpec {
     let (action, compensation) = labels.unwrap_or(("act", "compensate"));
-    orchestrator::steps_file::StepSpec::Generic(orchestrator::steps_file::GenericSpec {
+    StepSpec {
         name: name.to_owned(),
         address: format!("http://{addr}"),
         action: action.to_owned(),
         compensation: compensation.to_owned(),
-    })
+    }
 }
 
 /// The saga a steps file listing payment, inventory and then `more` makes,
-/// over the real participants, as the orchestrator binary builds it
-/// (`OrderParticipants::definition_of`).
+/// over the real participants, as the orchestrator binary builds it.
 pub fn saga_with_steps(
     payment: SocketAddr,
     inventory: SocketAddr,
-    more: &[orchestrator::steps_file::StepSpec],
+    more: &[StepSpec],
 ) -> Arc<SagaDefinition> {
-    let mut specs = orchestrator::steps_file::default_steps();
+    let mut specs = order_steps(payment, inventory);
     specs.extend_from_slice(more);
-    Arc::new(
-        participants(payment, inventory)
-            .definition_of(&specs, &Default::default())
-            .expect("the saga of the steps"),
-    )
+    saga_of(&specs)
 }
 
 /// Steps of the order saga as the orchestrator defines it: the

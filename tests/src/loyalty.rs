@@ -6,7 +6,7 @@
 use crate::{Running, Storage, harness};
 use loyalty_svc::rules::{LoyaltyRules, POINTS};
 use participant_kit::faults::Faults;
-use participant_kit::step::StepStore;
+use participant_kit::step::RulesStore;
 use participant_kit::{HistoryRetention, Kit};
 use service_kit::server::ServeOptions;
 use std::net::SocketAddr;
@@ -20,7 +20,7 @@ pub struct Loyalty {
     /// The service.
     pub running: Running,
     /// Its store.
-    pub store: Arc<dyn StepStore>,
+    pub store: Arc<dyn RulesStore>,
 }
 
 impl Loyalty {

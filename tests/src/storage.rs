@@ -106,7 +106,7 @@ impl Storage {
         &self,
         keep: Duration,
         rules: loyalty_svc::rules::LoyaltyRules,
-    ) -> Arc<dyn participant_kit::step::StepStore> {
+    ) -> Arc<dyn participant_kit::step::RulesStore> {
         match self {
             Storage::Embedded(dir) => Arc::new(
                 participant_kit::step::SqliteSteps::open(

@@ -1,8 +1,10 @@
-//! Several sagas' calls in one participant RPC (ChargeBatch, DeductBatch):
-//! each call of a batch is exactly the call on its own — its own record,
-//! refusal or error, in the order sent — on both backends; a batch over the
-//! limit changes nothing; and an orchestrator under concurrent load really
-//! sends batches, with every saga charged and deducted exactly once.
+//! Several sagas' calls in one participant RPC (ActBatch,
+//! CompensateBatch of `participant.v1.SagaStepService`, as payment-svc and
+//! inventory-svc serve it): each call of a batch is exactly the call on its
+//! own — its own record, refusal or error, in the order sent — on both
+//! backends; a batch over the limit changes nothing; and an orchestrator
+//! under concurrent load really sends batches, with every saga charged and
+//! deducted exactly once.
 //!
 //! This binary installs the process-wide Prometheus recorder; only
 //! `concurrent_sagas_share_batch_rpcs_and_each_is_applied_once` asserts
@@ -11,10 +13,11 @@
 use participant_kit::batch::MAX_BATCH_CALLS;
 use saga_proto::faults::v1 as faults;
 use saga_proto::faults::v1::fault_service_client::FaultServiceClient;
-use saga_proto::inventory::v1 as inventory;
-use saga_proto::payment::v1 as payment;
+use saga_proto::participant::v1 as step;
+use saga_proto::participant::v1::saga_step_service_client::SagaStepServiceClient;
 use saga_proto::saga::v1 as pb;
 use saga_tests::{Stack, channel, order_request};
+use std::net::SocketAddr;
 use tonic::Code;
 
 saga_tests::on_every_backend!(
@@ -23,117 +26,173 @@ saga_tests::on_every_backend!(
     a_batch_over_the_limit_changes_nothing,
 );
 
-fn charge(request_id: &str, customer: &str, cents: i64) -> payment::ChargeCall {
-    payment::ChargeCall {
-        request: Some(payment::ChargeRequest {
-            request_id: request_id.into(),
-            customer_id: customer.into(),
-            amount_cents: cents,
+/// A step call of the saga `saga` for the order of `customer`: one line of
+/// `units` × `cents` of `product`.
+fn call(
+    saga: &str,
+    step: &str,
+    customer: &str,
+    product: &str,
+    units: i64,
+    cents: i64,
+) -> step::BatchedStepCall {
+    step::BatchedStepCall {
+        call: Some(step::StepCall {
+            request_id: if saga.is_empty() {
+                String::new()
+            } else {
+                format!("{saga}:{step}")
+            },
+            saga_id: saga.into(),
+            step: step.into(),
+            attempt: 1,
+            order: Some(step::Order {
+                order_id: format!("order-{saga}"),
+                customer_id: customer.into(),
+                lines: vec![step::OrderLine {
+                    product_id: product.into(),
+                    quantity: units,
+                    unit_price_cents: cents,
+                }],
+                total_cents: units * cents,
+            }),
         }),
         traceparent: service_kit::trace::traceparent("0af7651916cd43dd8448eb211c80319c"),
     }
 }
 
-fn deduct(request_id: &str, product: &str, units: i64) -> inventory::DeductCall {
-    inventory::DeductCall {
-        request: Some(inventory::DeductRequest {
-            request_id: request_id.into(),
-            lines: vec![inventory::Line {
-                product_id: product.into(),
-                quantity: units,
-            }],
-        }),
-        traceparent: String::new(),
-    }
+fn charge(saga: &str, customer: &str, cents: i64) -> step::BatchedStepCall {
+    call(saga, "payment", customer, "sku-apple", 1, cents)
+}
+
+fn deduct(saga: &str, product: &str, units: i64) -> step::BatchedStepCall {
+    call(saga, "inventory", "alice", product, units, 1)
+}
+
+async fn steps(addr: SocketAddr) -> SagaStepServiceClient<tonic::transport::Channel> {
+    SagaStepServiceClient::new(channel(addr).await)
 }
 
 /// A batch result as the single call's result.
-fn charged(r: &payment::ChargeResult) -> Result<&payment::ChargeResponse, (Code, &str)> {
+fn acted(r: &step::ActResult) -> Result<&step::ActReply, (Code, &str)> {
     match r.result.as_ref().expect("every result is set") {
-        payment::charge_result::Result::Reply(reply) => Ok(reply),
-        payment::charge_result::Result::Error(e) => Err((Code::from_i32(e.code), &e.message)),
+        step::act_result::Result::Reply(reply) => Ok(reply),
+        step::act_result::Result::Error(e) => Err((Code::from_i32(e.code), &e.message)),
     }
 }
 
-fn deducted(r: &inventory::DeductResult) -> Result<&inventory::DeductResponse, (Code, &str)> {
-    match r.result.as_ref().expect("every result is set") {
-        inventory::deduct_result::Result::Reply(reply) => Ok(reply),
-        inventory::deduct_result::Result::Error(e) => Err((Code::from_i32(e.code), &e.message)),
-    }
+/// Whether an Act was applied (not refused).
+fn applied(reply: &step::ActReply) -> bool {
+    reply.outcome() == step::act_reply::Outcome::Applied
 }
 
 async fn a_charge_batch_applies_each_call_as_on_its_own(stack: Stack) {
     stack.deposit("alice", 1_000).await;
     stack.deposit("bob", 100).await;
     let calls = vec![
-        charge("c-1", "alice", 100),
-        charge("c-1", "alice", 100),
-        charge("c-2", "bob", 500),
+        charge("s-1", "alice", 100),
+        charge("s-1", "alice", 100),
+        charge("s-2", "bob", 500),
         charge("", "alice", 1),
-        charge("c-3", "alice", 50),
-        payment::ChargeCall::default(),
-        charge("c-4", "nobody", 10),
-        charge("c-3", "alice", 60),
+        charge("s-3", "alice", 50),
+        step::BatchedStepCall::default(),
+        charge("s-4", "nobody", 10),
+        charge("s-3", "alice", 60),
     ];
-    let results = stack
-        .payments()
+    let results = steps(stack.payment.addr)
         .await
-        .charge_batch(payment::ChargeBatchRequest { calls })
+        .act_batch(step::StepCallBatch { calls })
         .await
         .expect("the batch")
         .into_inner()
         .results;
     assert_eq!(results.len(), 8, "one result per call");
-    // The same call twice in one batch: applied once, replayed once.
-    let (a, b) = (charged(&results[0]), charged(&results[1]));
-    let (a, b) = (a.expect("c-1 applied"), b.expect("c-1 replayed"));
+    let ids: Vec<&str> = results.iter().map(|r| r.request_id.as_str()).collect();
     assert_eq!(
-        (a.request_id.as_str(), b.request_id.as_str()),
-        ("c-1", "c-1")
+        ids,
+        [
+            "s-1:payment",
+            "s-1:payment",
+            "s-2:payment",
+            "",
+            "s-3:payment",
+            "",
+            "s-4:payment",
+            "s-3:payment"
+        ],
+        "each result names its call, in order"
     );
+    // The same call twice in one batch: applied once, replayed once.
+    let (a, b) = (acted(&results[0]), acted(&results[1]));
+    let (a, b) = (a.expect("s-1 applied"), b.expect("s-1 replayed"));
+    assert!(applied(a) && applied(b), "{a:?} {b:?}");
     assert!(
         a.replayed != b.replayed,
         "exactly one of the two is a replay: {a:?} {b:?}"
     );
-    let (code, message) = charged(&results[2]).expect_err("bob has 100 cents");
-    assert_eq!(code, Code::FailedPrecondition, "{message}");
-    let (code, message) = charged(&results[3]).expect_err("no request id");
+    let bob = acted(&results[2]).expect("a refusal is an answer");
+    assert!(!applied(bob), "bob has 100 cents: {bob:?}");
+    assert_eq!(bob.reason_code, "INSUFFICIENT_FUNDS", "{bob:?}");
+    let (code, message) = acted(&results[3]).expect_err("no request id");
     assert_eq!(code, Code::InvalidArgument);
     assert!(message.contains("request_id"), "{message}");
-    let (code, message) = charged(&results[5]).expect_err("an empty call");
+    let (code, message) = acted(&results[5]).expect_err("an empty call");
     assert_eq!(code, Code::InvalidArgument);
-    assert_eq!(message, "calls[5].request: must be set");
-    let (code, _) = charged(&results[6]).expect_err("unknown customer");
-    assert_eq!(code, Code::NotFound);
-    // c-3 twice with different amounts, concurrently: whichever is applied
+    assert_eq!(message, "calls[5].call: must be set");
+    match acted(&results[6]) {
+        Ok(reply) => assert!(!applied(reply), "unknown customer: {reply:?}"),
+        Err((code, _)) => assert_eq!(code, Code::NotFound),
+    }
+    // s-3 twice with different orders, concurrently: whichever is applied
     // first wins the request id (as two single calls racing would), the
     // other is refused as a reused id.
-    let c3 = match (charged(&results[4]), charged(&results[7])) {
-        (Ok(_), Err((Code::AlreadyExists, _))) => 50,
-        (Err((Code::AlreadyExists, _)), Ok(_)) => 60,
-        other => panic!("c-3: one applied, one ALREADY_EXISTS; got {other:?}"),
+    let c3 = match (acted(&results[4]), acted(&results[7])) {
+        (Ok(r), Err((Code::AlreadyExists, _))) if applied(r) => 50,
+        (Err((Code::AlreadyExists, _)), Ok(r)) if applied(r) => 60,
+        other => panic!("s-3: one applied, one ALREADY_EXISTS; got {other:?}"),
     };
     assert_eq!(
         stack.balance("alice").await,
         1_000 - 100 - c3,
-        "c-1 and c-3, once each"
+        "s-1 and s-3, once each"
     );
     assert_eq!(stack.balance("bob").await, 100);
     // Batches and single calls share the operationHistory.
     let after = stack.balance("alice").await;
-    let single = stack
-        .payments()
+    let single = steps(stack.payment.addr)
         .await
-        .charge(payment::ChargeRequest {
-            request_id: "c-1".into(),
-            customer_id: "alice".into(),
-            amount_cents: 100,
+        .act(charge("s-1", "alice", 100).call.expect("a call"))
+        .await
+        .expect("s-1 on its own")
+        .into_inner();
+    assert!(single.replayed && applied(&single), "{single:?}");
+    assert_eq!(stack.balance("alice").await, after);
+    // Compensations batch the same way: s-1 refunded once, s-2 (refused)
+    // has nothing to undo, each answered in order.
+    let undo = steps(stack.payment.addr)
+        .await
+        .compensate_batch(step::StepCallBatch {
+            calls: vec![
+                charge("s-1", "alice", 100),
+                charge("s-1", "alice", 100),
+                charge("s-2", "bob", 500),
+            ],
         })
         .await
-        .expect("c-1 on its own")
-        .into_inner();
-    assert!(single.replayed);
-    assert_eq!(stack.balance("alice").await, after);
+        .expect("the compensations")
+        .into_inner()
+        .results;
+    let effects: Vec<step::CompensationEffect> = undo
+        .iter()
+        .map(|r| match r.result.as_ref().expect("set") {
+            step::compensate_result::Result::Reply(reply) => reply.effect(),
+            step::compensate_result::Result::Error(e) => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(effects.len(), 3);
+    assert_eq!(effects[0], effects[1], "the same refund twice: {effects:?}");
+    assert_eq!(effects[0], step::CompensationEffect::Undone);
+    assert_eq!(stack.balance("alice").await, after + 100, "refunded once");
 }
 
 async fn a_deduct_batch_applies_each_call_as_on_its_own(stack: Stack) {
@@ -144,51 +203,52 @@ async fn a_deduct_batch_applies_each_call_as_on_its_own(stack: Stack) {
         deduct("d-3", "sku-unknown", 1),
         deduct("d-1", "sku-apple", 3),
         deduct("d-4", "sku-apple", 0),
-        inventory::DeductCall::default(),
+        step::BatchedStepCall::default(),
     ];
-    let results = stack
-        .inventory()
+    let results = steps(stack.inventory.addr)
         .await
-        .deduct_batch(inventory::DeductBatchRequest { calls })
+        .act_batch(step::StepCallBatch { calls })
         .await
         .expect("the batch")
         .into_inner()
         .results;
     assert_eq!(results.len(), 6);
-    let first = deducted(&results[0]).expect("d-1");
-    let again = deducted(&results[3]).expect("d-1 again");
+    let first = acted(&results[0]).expect("d-1");
+    let again = acted(&results[3]).expect("d-1 again");
+    assert!(applied(first) && applied(again));
     assert!(first.replayed != again.replayed, "{first:?} {again:?}");
-    let (code, message) = deducted(&results[1]).expect_err("20 of 10 apples");
-    assert_eq!(code, Code::FailedPrecondition, "{message}");
-    let (code, _) = deducted(&results[2]).expect_err("unknown product");
-    assert_eq!(code, Code::NotFound);
-    let (code, message) = deducted(&results[4]).expect_err("a zero quantity");
+    let short = acted(&results[1]).expect("a refusal is an answer");
+    assert!(!applied(short), "20 of 10 apples: {short:?}");
+    assert_eq!(short.reason_code, "INSUFFICIENT_STOCK", "{short:?}");
+    match acted(&results[2]) {
+        Ok(reply) => assert!(!applied(reply), "unknown product: {reply:?}"),
+        Err((code, _)) => assert_eq!(code, Code::NotFound),
+    }
+    let (code, message) = acted(&results[4]).expect_err("a zero quantity");
     assert_eq!(code, Code::InvalidArgument);
-    assert!(message.contains("lines[0].quantity"), "{message}");
-    let (code, message) = deducted(&results[5]).expect_err("an empty call");
+    assert!(message.contains("order.lines[0].quantity"), "{message}");
+    let (code, message) = acted(&results[5]).expect_err("an empty call");
     assert_eq!(code, Code::InvalidArgument);
-    assert_eq!(message, "calls[5].request: must be set");
+    assert_eq!(message, "calls[5].call: must be set");
     assert_eq!(stack.stock("sku-apple").await, 7, "d-1, once");
 }
 
 async fn a_batch_over_the_limit_changes_nothing(stack: Stack) {
     stack.deposit("alice", 100_000).await;
     let calls = (0..=MAX_BATCH_CALLS)
-        .map(|i| charge(&format!("c-{i}"), "alice", 1))
+        .map(|i| charge(&format!("s-{i}"), "alice", 1))
         .collect();
-    let refused = stack
-        .payments()
+    let refused = steps(stack.payment.addr)
         .await
-        .charge_batch(payment::ChargeBatchRequest { calls })
+        .act_batch(step::StepCallBatch { calls })
         .await
         .expect_err("one call too many");
     assert_eq!(refused.code(), Code::InvalidArgument);
     assert!(refused.message().starts_with("calls:"), "{refused:?}");
     assert_eq!(stack.balance("alice").await, 100_000);
-    let empty = stack
-        .inventory()
+    let empty = steps(stack.inventory.addr)
         .await
-        .deduct_batch(inventory::DeductBatchRequest { calls: vec![] })
+        .compensate_batch(step::StepCallBatch { calls: vec![] })
         .await
         .expect("an empty batch is no error");
     assert!(empty.into_inner().results.is_empty());
@@ -208,22 +268,22 @@ async fn a_batch_over_the_request_limit_is_resource_exhausted_and_applies_nothin
         .options(options)
         .start()
         .await;
-    let mut client = saga_proto::payment::v1::payment_service_client::PaymentServiceClient::new(
+    saga_proto::payment::v1::payment_service_client::PaymentServiceClient::new(
         channel(payment.addr).await,
-    );
-    client
-        .deposit(payment::DepositRequest {
-            request_id: "seed".into(),
-            customer_id: "alice".into(),
-            amount_cents: 1_000,
-        })
-        .await
-        .expect("deposit");
+    )
+    .deposit(saga_proto::payment::v1::DepositRequest {
+        request_id: "seed".into(),
+        customer_id: "alice".into(),
+        amount_cents: 1_000,
+    })
+    .await
+    .expect("deposit");
     let calls = (0..50)
-        .map(|i| charge(&format!("c-{i}"), "alice", 1))
+        .map(|i| charge(&format!("s-{i}"), "alice", 1))
         .collect();
-    let refused = client
-        .charge_batch(payment::ChargeBatchRequest { calls })
+    let refused = steps(payment.addr)
+        .await
+        .act_batch(step::StepCallBatch { calls })
         .await
         .expect_err("over 2 KiB");
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");

@@ -197,7 +197,6 @@ async fn a_takeover_of_a_live_owner_is_counted_and_one_of_a_crashed_owner_is_not
     //    up for 1.5 s; B takes the saga over and finishes it; C, still
     //    driving, finds out at its next versioned save.
     let slow = saga_tests::participants(stack.payment.addr, stack.inventory.addr)
-        .steps()
         .into_iter()
         .map(|inner| {
             Wrapped::step(SlowAction {

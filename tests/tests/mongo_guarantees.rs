@@ -39,6 +39,7 @@ async fn a_balance_stored_as_a_double_is_an_error_and_is_never_written_over() {
     let original = doc! { "_id": "dora", "balance_cents": 1000.0 };
     accounts.insert_one(original.clone()).await.expect("insert");
     let transfer = |request_id: &str, cents| Transfer {
+        parameters: None,
         request_id: request_id.into(),
         customer_id: "dora".into(),
         amount_cents: cents,
@@ -101,6 +102,7 @@ async fn an_availability_stored_as_a_double_is_an_error_and_is_never_written_ove
         .await;
     assert!(corrupt_naming(&added, "sku-odd"), "{added:?}");
     let deduction = Deduction {
+        parameters: None,
         request_id: "o1".into(),
         lines: vec![Line {
             product_id: "sku-odd".into(),

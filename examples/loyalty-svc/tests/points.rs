@@ -3,7 +3,7 @@
 
 use embedded_store::Durability;
 use loyalty_svc::rules::{CUSTOMER_BLOCKED, LoyaltyRules, POINTS};
-use participant_kit::step::{Order, OrderLine, SqliteSteps, StepCall, StepStore};
+use participant_kit::step::{Order, OrderLine, RulesStore, SqliteSteps, StepCall, StepStore};
 use participant_kit::{ActionReply, Admission, CompensationEffect};
 
 struct Store {

@@ -44,13 +44,29 @@ pub struct Deduction {
     pub request_id: String,
     /// In order; a line's position is its stable `line_index`.
     pub lines: Vec<Line>,
+    /// The parameters a duplicate must repeat, when the call carried more
+    /// than the lines (a step call: every field of its `StepCall`);
+    /// `None`: the lines.
+    pub parameters: Option<Fingerprint>,
 }
 
 impl Deduction {
+    /// A deduction whose parameters are its lines.
+    pub fn new(request_id: String, lines: Vec<Line>) -> Self {
+        Deduction {
+            request_id,
+            lines,
+            parameters: None,
+        }
+    }
+
     /// The parameters a duplicate (and the compensation) must repeat
     /// exactly: the ordered list of `(product_id, quantity)`, kept line by
     /// line so a mismatch names the line.
     pub fn fingerprint(&self) -> Fingerprint {
+        if let Some(parameters) = &self.parameters {
+            return parameters.clone();
+        }
         let lines: Vec<(&str, i64)> = self
             .lines
             .iter()

@@ -364,6 +364,7 @@ mod tests {
 
     fn order(request_id: &str, lines: &[(&str, i64)]) -> Deduction {
         Deduction {
+            parameters: None,
             request_id: request_id.to_owned(),
             lines: lines
                 .iter()

@@ -5,7 +5,7 @@
 use loyalty_svc::rules::LoyaltyRules;
 use participant_kit::Kit;
 use participant_kit::faults::Faults;
-use participant_kit::step::{MongoSteps, SqliteSteps, StepStore};
+use participant_kit::step::{MongoSteps, RulesStore, SqliteSteps};
 use service_kit::auth::{Role, TokenAuth};
 use service_kit::server::ServeOptions;
 use service_kit::shutdown::Shutdown;
@@ -17,7 +17,7 @@ pub struct Loyalty {
     /// Where it listens.
     pub addr: SocketAddr,
     /// Its store, to read points with.
-    pub store: Arc<dyn StepStore>,
+    pub store: Arc<dyn RulesStore>,
     shutdown: Shutdown,
     _dir: Option<tempfile::TempDir>,
 }
@@ -44,7 +44,7 @@ fn kit(token: Option<&str>) -> Kit {
 }
 
 async fn serve(
-    store: Arc<dyn StepStore>,
+    store: Arc<dyn RulesStore>,
     token: Option<&str>,
     dir: Option<tempfile::TempDir>,
 ) -> Loyalty {

@@ -35,6 +35,13 @@ pub struct Flaws {
     /// database read would) applies and records: check-then-insert, which
     /// one call at a time never shows.
     pub check_then_insert: bool,
+    /// Has no batch calls (UNIMPLEMENTED): the batch rules are skipped.
+    pub no_batches: bool,
+    /// Runs every call of a batch without its barrier: duplicates inside
+    /// one batch (or across batches) all apply.
+    pub batch_no_dedupe: bool,
+    /// Answers a batch's results in reverse order.
+    pub batch_reordered: bool,
 }
 
 #[derive(Default)]
@@ -311,6 +318,84 @@ impl SagaStepService for Memory {
         }
         let reply = self.state().compensate(call, self.flaws, looked)?;
         Ok(Response::new(reply))
+    }
+
+    async fn act_batch(
+        &self,
+        request: Request<pb::StepCallBatch>,
+    ) -> Result<Response<pb::ActBatchReply>, Status> {
+        use pb::act_result::Result as One;
+        let results = self
+            .batch(&request, |call, flaws| self.state().act(call, flaws))?
+            .into_iter()
+            .map(|(request_id, result)| pb::ActResult {
+                request_id,
+                result: Some(match result {
+                    Ok(reply) => One::Reply(reply),
+                    Err(status) => One::Error(call_error(&status)),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::ActBatchReply { results }))
+    }
+
+    async fn compensate_batch(
+        &self,
+        request: Request<pb::StepCallBatch>,
+    ) -> Result<Response<pb::CompensateBatchReply>, Status> {
+        use pb::compensate_result::Result as One;
+        let results = self
+            .batch(&request, |call, flaws| {
+                self.state().compensate(call, flaws, false)
+            })?
+            .into_iter()
+            .map(|(request_id, result)| pb::CompensateResult {
+                request_id,
+                result: Some(match result {
+                    Ok(reply) => One::Reply(reply),
+                    Err(status) => One::Error(call_error(&status)),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::CompensateBatchReply { results }))
+    }
+}
+
+impl Memory {
+    /// The calls of a batch, each as the call on its own would end.
+    fn batch<R>(
+        &self,
+        request: &Request<pb::StepCallBatch>,
+        one: impl Fn(&pb::StepCall, Flaws) -> Result<R, Status>,
+    ) -> Result<Vec<(String, Result<R, Status>)>, Status> {
+        self.admit(request)?;
+        if self.flaws.no_batches {
+            return Err(Status::unimplemented("no batch calls"));
+        }
+        let mut flaws = self.flaws;
+        flaws.no_dedupe |= flaws.batch_no_dedupe;
+        let mut results: Vec<_> = request
+            .get_ref()
+            .calls
+            .iter()
+            .map(|batched| match &batched.call {
+                Some(call) => (call.request_id.clone(), one(call, flaws)),
+                None => (String::new(), Err(Status::invalid_argument("calls[].call"))),
+            })
+            .collect();
+        if self.flaws.batch_reordered {
+            results.reverse();
+        }
+        Ok(results)
+    }
+}
+
+/// A call's failure as a batch result carries it.
+fn call_error(status: &Status) -> pb::CallError {
+    pb::CallError {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+        details: status.details().to_vec(),
     }
 }
 

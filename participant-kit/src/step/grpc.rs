@@ -1,6 +1,7 @@
 //! `participant.v1.SagaStepService` over a [`StepStore`]: checks and
-//! converts the call, runs it through the participant pipeline, maps the
-//! outcome to the contract's reply.
+//! converts each call, runs it through the participant pipeline, maps the
+//! outcome to the contract's reply — for one call (Act, Compensate) and
+//! for every call of a batch (ActBatch, CompensateBatch) alike.
 //!
 //! The pipeline's pieces are the kit's (the token check and timer of
 //! [`Kit::call`], the fault injector, `participant_operations_total`, the
@@ -9,14 +10,19 @@
 //! business refusal is an OK reply (`OUTCOME_REFUSED` with its reason
 //! code), not a status. So is an Act that arrives after its compensation:
 //! `REFUSED` with `ALREADY_COMPENSATED`, as the protocol's table says.
+//!
+//! A call of a batch is the call on its own ([`crate::batch`]): its own
+//! timer, span in its own trace, faults, transaction and result; only the
+//! token is checked once, for the batch, and a batch over
+//! [`MAX_BATCH_CALLS`](crate::batch::MAX_BATCH_CALLS) is refused whole,
+//! naming `calls`, before any call runs.
 
 use super::call::StepCall;
-use super::protocol::{ACT, COMPENSATE, step_refusal};
 use super::rules::ALREADY_COMPENSATED;
 use super::store::StepStore;
 use crate::faults::CallKind;
-use crate::{ActionReply, CompensationResult, HistoryExpiry, Kit, OperationLog, ParticipantError};
-use crate::{metrics, wire};
+use crate::pipeline::Call;
+use crate::{ActionReply, CompensationResult, Kit, ParticipantError, batch, metrics, wire};
 use saga_proto::participant::v1 as pb;
 use saga_proto::participant::v1::act_reply::Outcome;
 use saga_proto::participant::v1::saga_step_service_server::{
@@ -31,6 +37,10 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span};
 
+/// The RPC names calls are timed and logged under.
+const ACT_RPC: &str = "act";
+const COMPENSATE_RPC: &str = "compensate";
+
 /// Implements `participant.v1.SagaStepService` over a [`StepStore`].
 pub struct StepApi {
     store: Arc<dyn StepStore>,
@@ -41,6 +51,13 @@ impl StepApi {
     /// The service over `store`, with `kit`'s faults and tokens.
     pub fn new(store: Arc<dyn StepStore>, kit: Kit) -> Self {
         StepApi { store, kit }
+    }
+
+    /// The generated server of this service, accepting requests up to the
+    /// kit's request limit.
+    pub fn server(store: Arc<dyn StepStore>, kit: &Kit) -> SagaStepServiceServer<StepApi> {
+        SagaStepServiceServer::new(StepApi::new(store, kit.clone()))
+            .max_decoding_message_size(kit.max_request_bytes())
     }
 }
 
@@ -72,12 +89,7 @@ pub async fn serve_on(
     label: &'static str,
     server: GrpcServer,
 ) -> Result<(), ServeError> {
-    let api = SagaStepServiceServer::new(StepApi::new(store.clone(), kit.clone()))
-        .max_decoding_message_size(kit.max_request_bytes());
-    let log: Arc<dyn OperationLog> = store.clone();
-    let expiry: Arc<dyn HistoryExpiry> = store;
-    kit.serve_on(Routes::new(api), label, log, expiry, server)
-        .await
+    kit.serve_on(Routes::default(), label, store, server).await
 }
 
 fn span(rpc: &'static str, call: &StepCall, trace_id: &str) -> Span {
@@ -92,35 +104,6 @@ fn span(rpc: &'static str, call: &StepCall, trace_id: &str) -> Span {
     )
 }
 
-/// An Act's outcome as the contract answers it.
-fn act_reply(reply: Result<ActionReply<String>, ParticipantError>) -> Result<pb::ActReply, Status> {
-    match reply {
-        Ok(ActionReply::Applied { value, replayed }) => Ok(pb::ActReply {
-            outcome: Outcome::Applied.into(),
-            reason_code: String::new(),
-            detail: value,
-            replayed,
-        }),
-        Ok(ActionReply::Refused { refusal, replayed }) => {
-            let refusal = step_refusal(&refusal);
-            Ok(pb::ActReply {
-                outcome: Outcome::Refused.into(),
-                reason_code: refusal.reason_code,
-                detail: refusal.detail,
-                replayed,
-            })
-        }
-        // Decided by the record that holds the key, like a replay.
-        Err(ParticipantError::AlreadyCompensated(detail)) => Ok(pb::ActReply {
-            outcome: Outcome::Refused.into(),
-            reason_code: ALREADY_COMPENSATED.to_owned(),
-            detail,
-            replayed: true,
-        }),
-        Err(error) => Err(error.into()),
-    }
-}
-
 fn compensate_reply(result: CompensationResult) -> pb::CompensateReply {
     pb::CompensateReply {
         effect: wire::effect(&result),
@@ -130,14 +113,46 @@ fn compensate_reply(result: CompensationResult) -> pb::CompensateReply {
 }
 
 impl StepApi {
+    /// An Act's outcome as the contract answers it.
+    fn act_reply(
+        &self,
+        reply: Result<ActionReply<String>, ParticipantError>,
+    ) -> Result<pb::ActReply, Status> {
+        match reply {
+            Ok(ActionReply::Applied { value, replayed }) => Ok(pb::ActReply {
+                outcome: Outcome::Applied.into(),
+                reason_code: String::new(),
+                detail: value,
+                replayed,
+            }),
+            Ok(ActionReply::Refused { refusal, replayed }) => {
+                let refusal = self.store.refusal(&refusal);
+                Ok(pb::ActReply {
+                    outcome: Outcome::Refused.into(),
+                    reason_code: refusal.reason_code,
+                    detail: refusal.detail,
+                    replayed,
+                })
+            }
+            // Decided by the record that holds the key, like a replay.
+            Err(ParticipantError::AlreadyCompensated(detail)) => Ok(pb::ActReply {
+                outcome: Outcome::Refused.into(),
+                reason_code: ALREADY_COMPENSATED.to_owned(),
+                detail,
+                replayed: true,
+            }),
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Faults, store, count, reply: the pipeline of one Act.
     async fn act_once(&self, call: StepCall) -> Result<pb::ActReply, Status> {
         let faults = self.kit.faults();
         let request_id = call.request_id.clone();
         let admitted = faults.before(CallKind::Action, &request_id).await?;
         let reply = self.store.act(call, admitted.admission()).await;
-        metrics::action(ACT, &reply);
-        faults.after(admitted, &request_id, act_reply(reply))
+        metrics::action(self.store.kinds().0, &reply);
+        faults.after(admitted, &request_id, self.act_reply(reply))
     }
 
     /// Faults, store, count, reply: the pipeline of one Compensate.
@@ -146,10 +161,59 @@ impl StepApi {
         let request_id = call.request_id.clone();
         let admitted = faults.before(CallKind::Compensation, &request_id).await?;
         let reply = self.store.compensate(call).await;
-        metrics::compensation(COMPENSATE, &reply);
+        metrics::compensation(self.store.kinds().1, &reply);
         let reply = reply.map(compensate_reply).map_err(Status::from);
         faults.after(admitted, &request_id, reply)
     }
+
+    /// One Act started (token checked, timed) as `timed`: checked,
+    /// spanned, run and logged — alone or in a batch.
+    async fn act_started(
+        &self,
+        timed: Call<'_>,
+        call: pb::StepCall,
+    ) -> Result<pb::ActReply, Status> {
+        let call = StepCall::try_from(call)?;
+        let span = span(ACT_RPC, &call, timed.trace_id());
+        timed.join_caller(&span);
+        crate::logged!(&span, self.act_once(call).instrument(span.clone()).await)
+    }
+
+    /// One Compensate started as `timed`, as [`StepApi::act_started`].
+    async fn compensate_started(
+        &self,
+        timed: Call<'_>,
+        call: pb::StepCall,
+    ) -> Result<pb::CompensateReply, Status> {
+        let call = StepCall::try_from(call)?;
+        let span = span(COMPENSATE_RPC, &call, timed.trace_id());
+        timed.join_caller(&span);
+        crate::logged!(
+            &span,
+            self.compensate_once(call).instrument(span.clone()).await
+        )
+    }
+}
+
+/// A batch's calls with their positions, each checked to carry a call
+/// (INVALID_ARGUMENT naming `calls[i].call` as that call's own result).
+fn batched(
+    calls: Vec<pb::BatchedStepCall>,
+) -> impl Iterator<Item = (String, Result<(pb::StepCall, String), Status>)> {
+    calls.into_iter().enumerate().map(|(i, batched)| {
+        let request_id = batched
+            .call
+            .as_ref()
+            .map(|c| c.request_id.clone())
+            .unwrap_or_default();
+        let call = batched
+            .call
+            .map(|c| (c, batched.traceparent))
+            .ok_or_else(|| {
+                service_kit::validate::invalid(&format!("calls[{i}].call"), "must be set")
+            });
+        (request_id, call)
+    })
 }
 
 #[tonic::async_trait]
@@ -157,13 +221,9 @@ impl SagaStepService for StepApi {
     async fn act(&self, request: Request<pb::StepCall>) -> Result<Response<pb::ActReply>, Status> {
         // Token first: a refused call reads and changes nothing. Held for
         // its timer.
-        let timed = self.kit.call(ACT, CallKind::Action, &request)?;
-        let call = StepCall::try_from(request.into_inner())?;
-        let span = span(ACT, &call, timed.trace_id());
-        timed.join_caller(&span);
-        let reply = crate::logged!(&span, self.act_once(call).instrument(span.clone()).await);
-        drop(timed);
-        Ok(Response::new(reply?))
+        let timed = self.kit.call(ACT_RPC, CallKind::Action, &request)?;
+        let reply = self.act_started(timed, request.into_inner()).await?;
+        Ok(Response::new(reply))
     }
 
     async fn compensate(
@@ -172,15 +232,68 @@ impl SagaStepService for StepApi {
     ) -> Result<Response<pb::CompensateReply>, Status> {
         let timed = self
             .kit
-            .call(COMPENSATE, CallKind::Compensation, &request)?;
-        let call = StepCall::try_from(request.into_inner())?;
-        let span = span(COMPENSATE, &call, timed.trace_id());
-        timed.join_caller(&span);
-        let reply = crate::logged!(
-            &span,
-            self.compensate_once(call).instrument(span.clone()).await
-        );
-        drop(timed);
-        Ok(Response::new(reply?))
+            .call(COMPENSATE_RPC, CallKind::Compensation, &request)?;
+        let reply = self.compensate_started(timed, request.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn act_batch(
+        &self,
+        request: Request<pb::StepCallBatch>,
+    ) -> Result<Response<pb::ActBatchReply>, Status> {
+        let _timer = self
+            .kit
+            .batch("act_batch", &request, request.get_ref().calls.len())?;
+        let calls = batched(request.into_inner().calls);
+        let results = batch::run(calls, |(request_id, call)| async move {
+            let result = match call {
+                Ok((call, traceparent)) => {
+                    let timed = self
+                        .kit
+                        .batched_call(ACT_RPC, CallKind::Action, &traceparent);
+                    self.act_started(timed, call).await
+                }
+                Err(status) => Err(status),
+            };
+            pb::ActResult {
+                request_id,
+                result: Some(match result {
+                    Ok(reply) => pb::act_result::Result::Reply(reply),
+                    Err(status) => pb::act_result::Result::Error(batch::call_error(&status)),
+                }),
+            }
+        })
+        .await;
+        Ok(Response::new(pb::ActBatchReply { results }))
+    }
+
+    async fn compensate_batch(
+        &self,
+        request: Request<pb::StepCallBatch>,
+    ) -> Result<Response<pb::CompensateBatchReply>, Status> {
+        let _timer = self
+            .kit
+            .batch("compensate_batch", &request, request.get_ref().calls.len())?;
+        let calls = batched(request.into_inner().calls);
+        let results = batch::run(calls, |(request_id, call)| async move {
+            let result = match call {
+                Ok((call, traceparent)) => {
+                    let timed =
+                        self.kit
+                            .batched_call(COMPENSATE_RPC, CallKind::Compensation, &traceparent);
+                    self.compensate_started(timed, call).await
+                }
+                Err(status) => Err(status),
+            };
+            pb::CompensateResult {
+                request_id,
+                result: Some(match result {
+                    Ok(reply) => pb::compensate_result::Result::Reply(reply),
+                    Err(status) => pb::compensate_result::Result::Error(batch::call_error(&status)),
+                }),
+            }
+        })
+        .await;
+        Ok(Response::new(pb::CompensateBatchReply { results }))
     }
 }

@@ -1,6 +1,11 @@
-//! The generic step contract (`participant.v1.SagaStepService`,
+//! The step contract (`participant.v1.SagaStepService`,
 //! `docs/participant-protocol.md`) for a Rust service: everything but its
 //! business rules.
+//!
+//! Every participant serves it through [`StepStore`] and [`StepApi`]
+//! (single calls and the batch calls, one pipeline): payment-svc and
+//! inventory-svc map a [`StepCall`] onto their own stores; a service that
+//! is only a step writes [`StepRules`] and gets the stores too.
 //!
 //! A service of the generic contract differs from another only in what its
 //! Act does and how its Compensate undoes it. So it writes [`StepRules`]
@@ -22,7 +27,7 @@
 //!
 //! Module map: [`call`] (the call, checked, and its fingerprint),
 //! [`rules`] (what a participant writes), [`protocol`] (the rules inside
-//! the barrier), [`store`] (the store trait), [`sqlite`] / [`mongo`] (its
+//! the barrier), [`store`] (the store traits), [`sqlite`] / [`mongo`] (its
 //! backends), [`grpc`] (the adapter and [`serve`]).
 
 pub mod call;
@@ -41,7 +46,7 @@ pub use rules::{
     ALREADY_COMPENSATED, Acted, INJECTED_REFUSAL, Listing, StepRefusal, StepRules, StepTx,
 };
 pub use sqlite::SqliteSteps;
-pub use store::StepStore;
+pub use store::{RulesStore, Shared, StepStore, domain_refusal};
 
 /// What [`step_rules_on_mongo!`](crate::step_rules_on_mongo) expands to
 /// names; not part of the API.
@@ -90,7 +95,7 @@ macro_rules! step_participant {
         $crate::step_rules_on_mongo!($rules);
 
         impl $crate::startup::Participant for $type {
-            type Store = dyn $crate::step::StepStore;
+            type Store = dyn $crate::step::RulesStore;
 
             const SERVICE: &'static str = $crate::step::SERVICE_NAME;
 
@@ -119,6 +124,7 @@ macro_rules! step_participant {
                 kit: $crate::Kit,
                 server: $crate::startup::GrpcServer,
             ) -> Result<(), $crate::__private::ServeError> {
+                let store: ::std::sync::Arc<dyn $crate::step::StepStore> = store;
                 $crate::step::serve_on(store, kit, $name, server).await
             }
         }

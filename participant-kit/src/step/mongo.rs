@@ -13,7 +13,7 @@
 use super::call::StepCall;
 use super::protocol::{self, StepInput};
 use super::rules::StepRules;
-use super::store::StepStore;
+use super::store::{RulesStore, StepStore};
 use crate::counter::Counter;
 use crate::mongo::{self as history, HistoryDb, MongoHistory, participant_error};
 use crate::{
@@ -106,6 +106,10 @@ impl<R: MongoRules> MongoSteps<R> {
 
 #[async_trait]
 impl<R: MongoRules> StepStore for MongoSteps<R> {
+    fn kinds(&self) -> (&'static str, &'static str) {
+        (protocol::ACT, protocol::COMPENSATE)
+    }
+
     async fn act(
         &self,
         call: StepCall,
@@ -131,7 +135,10 @@ impl<R: MongoRules> StepStore for MongoSteps<R> {
         )
         .await
     }
+}
 
+#[async_trait]
+impl<R: MongoRules> RulesStore for MongoSteps<R> {
     async fn counter(
         &self,
         counter: Counter,

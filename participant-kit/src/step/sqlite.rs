@@ -5,7 +5,7 @@
 use super::call::StepCall;
 use super::protocol::{self, StepInput};
 use super::rules::{StepRules, counters_schema};
-use super::store::StepStore;
+use super::store::{RulesStore, StepStore};
 use crate::counter::Counter;
 use crate::sqlite::{self as history, transact};
 use crate::{
@@ -43,6 +43,10 @@ impl<R: StepRules> SqliteSteps<R> {
 
 #[async_trait]
 impl<R: StepRules> StepStore for SqliteSteps<R> {
+    fn kinds(&self) -> (&'static str, &'static str) {
+        (protocol::ACT, protocol::COMPENSATE)
+    }
+
     async fn act(
         &self,
         call: StepCall,
@@ -68,7 +72,10 @@ impl<R: StepRules> StepStore for SqliteSteps<R> {
         )
         .await
     }
+}
 
+#[async_trait]
+impl<R: StepRules> RulesStore for SqliteSteps<R> {
     async fn counter(
         &self,
         counter: Counter,

@@ -35,11 +35,28 @@ pub struct Transfer {
     pub customer_id: String,
     /// How much, in cents (positive).
     pub amount_cents: i64,
+    /// The parameters a duplicate must repeat, when the call carried more
+    /// than the transfer (a step call: every field of its `StepCall`);
+    /// `None`: the customer and the amount.
+    pub parameters: Option<Fingerprint>,
 }
 
 impl Transfer {
+    /// A transfer whose parameters are its customer and amount.
+    pub fn new(request_id: String, customer_id: String, amount_cents: i64) -> Self {
+        Transfer {
+            request_id,
+            customer_id,
+            amount_cents,
+            parameters: None,
+        }
+    }
+
     /// The parameters a duplicate must repeat exactly.
     pub fn fingerprint(&self) -> Fingerprint {
+        if let Some(parameters) = &self.parameters {
+            return parameters.clone();
+        }
         Fingerprint::of([
             ("customer_id", self.customer_id.clone()),
             ("amount_cents", self.amount_cents.to_string()),

@@ -34,16 +34,16 @@ macro_rules! inventory_store_conformance {
 }
 
 fn deduction(request_id: &str, lines: &[(&str, i64)]) -> Deduction {
-    Deduction {
-        request_id: request_id.to_owned(),
-        lines: lines
+    Deduction::new(
+        request_id.to_owned(),
+        lines
             .iter()
             .map(|&(product_id, quantity)| Line {
                 product_id: product_id.to_owned(),
                 quantity,
             })
             .collect(),
-    }
+    )
 }
 
 fn addition(request_id: &str, product_id: &str, quantity: i64) -> StockAddition {

@@ -32,11 +32,7 @@ macro_rules! payment_store_conformance {
 }
 
 fn t(request_id: &str, customer: &str, cents: i64) -> Transfer {
-    Transfer {
-        request_id: request_id.into(),
-        customer_id: customer.into(),
-        amount_cents: cents,
-    }
+    Transfer::new(request_id.into(), customer.into(), cents)
 }
 
 async fn fund(store: &Store, customer: &str, cents: i64) {

@@ -47,8 +47,7 @@ mod saga_page;
 
 use async_trait::async_trait;
 use browser::Browser;
-use orchestrator::order_saga::OrderParticipants;
-use orchestrator::order_saga::call::Caller;
+use orchestrator::participant::call::Caller;
 use orchestrator::saga::{Saga, StepState};
 use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use participant_kit::faults::{FaultSettings, TRANSIENT_MESSAGE};
@@ -139,13 +138,14 @@ impl ConsoleStack {
         let inventory = start(Service::Inventory).await;
         let (hold, held) = watch::channel(false);
         let caller = Caller::new(Duration::from_secs(2)).with_service_token(service());
-        let steps = OrderParticipants::with_caller(
+        let steps = saga_tests::order_saga_on(
             orchestrator::participant_channel(&format!("http://{}", payment.addr)).expect("ch"),
             orchestrator::participant_channel(&format!("http://{}", inventory.addr)).expect("ch"),
             caller,
         )
         .steps()
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|inner| {
             Wrapped::step(Held {
                 inner,

@@ -189,6 +189,22 @@ impl SagaStepService for BadParticipant {
             ..Default::default()
         }))
     }
+
+    /// Batches are optional: this participant has none, so it is called
+    /// one call at a time.
+    async fn act_batch(
+        &self,
+        _request: Request<participant::StepCallBatch>,
+    ) -> Result<Response<participant::ActBatchReply>, Status> {
+        Err(Status::unimplemented("no batches"))
+    }
+
+    async fn compensate_batch(
+        &self,
+        _request: Request<participant::StepCallBatch>,
+    ) -> Result<Response<participant::CompensateBatchReply>, Status> {
+        Err(Status::unimplemented("no batches"))
+    }
 }
 
 /// Rewrites a reply's `grpc-status: 2` (UNKNOWN) to 42, a code no gRPC

@@ -258,7 +258,6 @@ async fn orchestrator_with_broken_compensations(
     clock: SharedClock,
 ) -> saga_tests::Running {
     let steps = saga_tests::participants(stack.payment.addr, stack.inventory.addr)
-        .steps()
         .into_iter()
         .map(|inner| {
             Wrapped::step(BrokenCompensation {

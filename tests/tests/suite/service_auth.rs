@@ -11,6 +11,7 @@ use saga_proto::inventory::v1 as inventory;
 use saga_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use saga_proto::participant::v1 as participant;
 use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
+use saga_proto::participant::v1::saga_step_service_client::SagaStepServiceClient;
 use saga_proto::payment::v1 as payment;
 use saga_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use saga_proto::saga::v1 as pb;
@@ -20,7 +21,7 @@ use service_kit::auth::{
 };
 use service_kit::server::ServeOptions;
 use std::net::SocketAddr;
-use std::sync::Arc;
+
 use std::time::Duration;
 use tonic::Code;
 
@@ -53,6 +54,26 @@ fn intruders() -> Vec<(&'static str, TokenAuth)> {
         ),
         ("the admin token", admin()),
     ]
+}
+
+/// A step call of saga `saga` for alice's order of one apple (100 cents).
+fn step_call(saga: &str) -> participant::StepCall {
+    participant::StepCall {
+        request_id: format!("{saga}:payment"),
+        saga_id: saga.into(),
+        step: "payment".into(),
+        attempt: 1,
+        order: Some(participant::Order {
+            order_id: "o-1".into(),
+            customer_id: "alice".into(),
+            lines: vec![participant::OrderLine {
+                product_id: "sku-apple".into(),
+                quantity: 1,
+                unit_price_cents: 100,
+            }],
+            total_cents: 100,
+        }),
+    }
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, message: &str, what: &str) {
@@ -154,7 +175,7 @@ async fn saga_rpcs_need_the_service_token_and_a_refused_call_records_nothing() {
     let inv = channel(p.inventory.addr).await;
     for (who, auth) in intruders() {
         let mut payments = PaymentServiceClient::with_interceptor(pay.clone(), auth.clone());
-        let mut stock = InventoryServiceClient::with_interceptor(inv.clone(), auth);
+        let mut stock = InventoryServiceClient::with_interceptor(inv.clone(), auth.clone());
         let m = SERVICE_UNAUTHENTICATED_MESSAGE;
         refused(payments.charge(charge("c-1")).await, m, who);
         refused(payments.refund(refund("c-2")).await, m, who);
@@ -170,24 +191,22 @@ async fn saga_rpcs_need_the_service_token_and_a_refused_call_records_nothing() {
             lines: lines(),
         };
         refused(stock.restock(restock).await, m, who);
-        // A batch is refused as a whole, none of its calls applied.
-        let batch = payment::ChargeBatchRequest {
-            calls: vec![payment::ChargeCall {
-                request: Some(charge("c-1")),
-                traceparent: String::new(),
-            }],
-        };
-        refused(payments.charge_batch(batch).await, m, who);
-        let batch = inventory::DeductBatchRequest {
-            calls: vec![inventory::DeductCall {
-                request: Some(inventory::DeductRequest {
-                    request_id: "d-1".into(),
-                    lines: lines(),
-                }),
-                traceparent: String::new(),
-            }],
-        };
-        refused(stock.deduct_batch(batch).await, m, who);
+        // The step contract the same, its batches refused as a whole,
+        // none of their calls applied.
+        for addr in [&pay, &inv] {
+            let mut steps = SagaStepServiceClient::with_interceptor(addr.clone(), auth.clone());
+            let call = step_call("s-1");
+            refused(steps.act(call.clone()).await, m, who);
+            refused(steps.compensate(call.clone()).await, m, who);
+            let batch = participant::StepCallBatch {
+                calls: vec![participant::BatchedStepCall {
+                    call: Some(call),
+                    traceparent: String::new(),
+                }],
+            };
+            refused(steps.act_batch(batch.clone()).await, m, who);
+            refused(steps.compensate_batch(batch).await, m, who);
+        }
     }
     assert_eq!(balance_as(p.payment.addr, "alice", service()).await, 1_000);
     assert_eq!(stock_as(p.inventory.addr, "sku-apple", service()).await, 10);
@@ -271,13 +290,12 @@ async fn orchestrator(
     p: &Participants,
     token: TokenAuth,
 ) -> (saga_tests::Running, tempfile::TempDir) {
-    let participants = orchestrator::order_saga::OrderParticipants::with_caller(
+    let definition = saga_tests::order_saga_on(
         orchestrator::participant_channel(&format!("http://{}", p.payment.addr)).unwrap(),
         orchestrator::participant_channel(&format!("http://{}", p.inventory.addr)).unwrap(),
-        orchestrator::order_saga::call::Caller::new(Duration::from_secs(2))
+        orchestrator::participant::call::Caller::new(Duration::from_secs(2))
             .with_service_token(token),
     );
-    let definition = Arc::new(participants.definition().expect("definition"));
     let mut retry = saga_tests::fast_retry();
     retry.action_attempts = 3;
     let dir = tempfile::tempdir().expect("tempdir");

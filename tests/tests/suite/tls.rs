@@ -378,14 +378,12 @@ async fn the_whole_stack_runs_over_mutual_tls() {
     })
     .await
     .expect("add stock over mutual TLS");
-    let definition = orchestrator::order_saga::OrderParticipants::new(
+    let definition = saga_tests::order_saga_on(
         payment_channel,
         inventory_channel,
-        Duration::from_secs(5),
-    )
-    .definition()
-    .expect("definition");
-    let orchestrator = saga_tests::OrchestratorHarness::new(dir.path(), Arc::new(definition))
+        orchestrator::participant::call::Caller::new(Duration::from_secs(5)),
+    );
+    let orchestrator = saga_tests::OrchestratorHarness::new(dir.path(), definition)
         .options(options(&orchestrator_tls))
         .start()
         .await;

@@ -76,7 +76,6 @@ async fn kill_after_the_deduct(
 ) -> (String, Saga) {
     let applied = Arc::new(AtomicBool::new(false));
     let steps = saga_tests::participants(stack.payment.addr, stack.inventory.addr)
-        .steps()
         .into_iter()
         .map(|inner| {
             if inner.name() == "inventory" {

@@ -44,11 +44,7 @@ impl Transport for Arc<Fake> {
         })
     }
 
-    fn many(
-        &self,
-        calls: Vec<(u64, String)>,
-        deadline: Duration,
-    ) -> BoxFuture<Result<Vec<Result<u64, Status>>, Status>> {
+    fn many(&self, calls: Vec<(u64, String)>, deadline: Duration) -> BoxFuture<BatchReply<u64>> {
         let fake = self.clone();
         Box::pin(async move {
             fake.manys.fetch_add(1, Ordering::SeqCst);
@@ -70,7 +66,7 @@ impl Transport for Arc<Fake> {
                 ));
             }
             fake.largest.fetch_max(calls.len(), Ordering::SeqCst);
-            let mut results = Vec::new();
+            let mut results: Vec<Answer<u64>> = Vec::new();
             for (request, traceparent) in calls {
                 assert_eq!(
                     traceparent,
@@ -78,7 +74,10 @@ impl Transport for Arc<Fake> {
                     "each call keeps its trace"
                 );
                 fake.delivered.lock().unwrap().push(request);
-                results.push(Ok(request * 2));
+                results.push(Answer {
+                    request_id: request.to_string(),
+                    result: Ok(request * 2),
+                });
             }
             results.truncate(results.len().saturating_sub(fake.short_by));
             if fake.swap && results.len() >= 2 {
@@ -92,8 +91,8 @@ impl Transport for Arc<Fake> {
         10
     }
 
-    fn answers(request: &u64, reply: &u64) -> bool {
-        *reply == request * 2
+    fn answers(request: &u64, request_id: &str) -> bool {
+        request.to_string() == request_id
     }
 }
 
@@ -293,7 +292,7 @@ fn queued(bytes: usize) -> (Queued<Arc<Fake>>, oneshot::Receiver<Result<u64, Sta
 #[tokio::test(start_paused = true)]
 async fn a_budget_shrunk_by_a_refusal_doubles_back_one_period_at_a_time() {
     let mut state = State::<Arc<Fake>>::new();
-    state.refused(false, 4 * 1024);
+    state.shrink(Shrink::Bytes(4 * 1024));
     assert_eq!(state.max_bytes, 2 * 1024, "half the refused batch");
     let mut receivers = Vec::new();
     let mut batch_of = |state: &mut State<Arc<Fake>>| {
@@ -433,7 +432,7 @@ async fn behind_slow_rpcs_queued_calls_go_after_the_flush_delay_not_after_them()
 async fn a_batch_refused_as_a_whole_never_reads_as_a_business_refusal() {
     let fake = Arc::new(Fake {
         delay: Duration::from_millis(20),
-        fail_many: Some(Code::InvalidArgument),
+        fail_many: Some(Code::FailedPrecondition),
         ..Fake::default()
     });
     let results = call_all(&batcher(&fake), 40).await;
@@ -441,8 +440,79 @@ async fn a_batch_refused_as_a_whole_never_reads_as_a_business_refusal() {
     assert!(!failed.is_empty());
     assert!(
         failed.iter().all(|s| s.code() == Code::Unknown),
-        "the batch's INVALID_ARGUMENT is no call's refusal: {failed:?}"
+        "the batch's FAILED_PRECONDITION is no call's refusal: {failed:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_too_many_calls_is_resent_alone_and_later_batches_are_halved() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        fail_many: Some(Code::InvalidArgument),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    let results = call_all(&b, 40).await;
+    for (i, result) in results.into_iter().enumerate() {
+        assert_eq!(result.expect("resent on its own"), i as u64 * 2);
+    }
+    let state = b.shared.state();
+    assert!(state.max_calls < MAX_BATCH, "{}", state.max_calls);
+    assert!(!state.no_batches, "still batches, smaller ones");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_past_its_deadline_halves_the_batches_that_follow() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(20),
+        fail_many: Some(Code::DeadlineExceeded),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    let results = call_all(&b, 40).await;
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!failed.is_empty());
+    assert!(
+        failed.iter().all(|s| s.code() == Code::DeadlineExceeded),
+        "a missed deadline is the calls' own unknown outcome (retried): {failed:?}"
+    );
+    let batches = fake.manys.load(Ordering::SeqCst);
+    let max_calls = b.shared.state().max_calls;
+    assert!(max_calls < MAX_BATCH, "{max_calls}");
+    // Each missed deadline halves the budget again, down to single calls.
+    let mut state = State::<Arc<Fake>>::new();
+    for _ in 0..20 {
+        let calls = state.max_calls;
+        state.shrink(Shrink::Calls(calls));
+    }
+    assert_eq!(state.max_calls, 1, "after {batches} batches: {max_calls}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_budget_halved_by_missed_deadlines_doubles_back_one_period_at_a_time() {
+    let mut state = State::<Arc<Fake>>::new();
+    state.shrink(Shrink::Calls(64));
+    assert_eq!(state.max_calls, 32, "half the batch that missed");
+    let mut receivers = Vec::new();
+    let mut batch_of = |state: &mut State<Arc<Fake>>| {
+        for _ in 0..300 {
+            let (call, waiting) = queued(10);
+            state.queue.push(call);
+            receivers.push(waiting);
+        }
+        let batch = state.take_batch().expect("a batch");
+        state.in_flight -= 1;
+        state.queue.clear();
+        batch.len()
+    };
+    assert_eq!(batch_of(&mut state), 32, "within the period");
+    let mut sizes = Vec::new();
+    while state.max_calls < MAX_BATCH {
+        tokio::time::advance(RETRY_BATCHES_AFTER).await;
+        sizes.push(batch_of(&mut state));
+    }
+    assert_eq!(sizes, [64, 128, 256], "doubled once per period");
+    assert_eq!(state.refused_at, None, "back at the full budget: forgotten");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,9 @@
-//! How the order saga's steps call a participant: every request carries
-//! the call deadline, the saga's trace context and the service token (when
-//! one is configured); every reply becomes a domain
+//! How a saga's steps call a participant: every request carries the call
+//! deadline, the saga's trace context and the service token (when one is
+//! configured); every reply becomes a domain
 //! [`StepOutcome`](crate::step::StepOutcome) at the edge
-//! ([`super::classify::step_outcome_of`]). The same goes for reading what a
-//! participant recorded under a step's request id
+//! ([`super::reply`]). The same goes for reading what a participant
+//! recorded under a step's request id
 //! (`participant.v1.OperationHistoryService/ListOperations`, which every
 //! participant serves): [`Caller::records`].
 
@@ -16,7 +16,7 @@ use service_kit::channel::GrpcChannel;
 use std::time::Duration;
 use tonic::{Code, Request, Status};
 
-/// What every participant call of the order saga shares.
+/// What every participant call of a saga shares.
 #[derive(Debug, Clone)]
 pub struct Caller {
     /// Deadline of one participant call.
@@ -57,7 +57,7 @@ impl Caller {
     }
 
     /// A participant request with `deadline` and the service token, no
-    /// trace context: what a batch (ChargeBatch, DeductBatch) is sent as,
+    /// trace context: what a batch (ActBatch, CompensateBatch) is sent as,
     /// each call in it carrying its own.
     pub fn request_with_deadline<T>(&self, message: T, deadline: Duration) -> Request<T> {
         let mut request = self.service.request(message);

@@ -1,7 +1,7 @@
-//! A step served by any participant of the generic contract,
-//! `participant.v1.SagaStepService` (docs/participant-protocol.md): Act to
-//! do it, Compensate to undo it, both with the step's request id and the
-//! saga's order.
+//! What a participant's answer means, read at the gRPC edge so that no
+//! wire type reaches the executor: every reply and status of
+//! `participant.v1.SagaStepService` (docs/participant-protocol.md) becomes
+//! a domain [`StepOutcome`].
 //!
 //! The contract says which answers mean what by field and status code,
 //! never by text, and this is where it is read: `OUTCOME_APPLIED` and a
@@ -9,130 +9,35 @@
 //! compensates, and everything else — a status that may pass, an
 //! unspecified or unknown outcome, a reply that cannot be read or is over
 //! [`MAX_REPLY_BYTES`] — leaves the outcome unknown, so the call is
-//! retried within its budget. A participant written by someone else can
-//! answer anything; none of it panics or grows memory without bound.
+//! retried within its budget: the participant's barrier turns a repeat into
+//! a replay. A participant written by someone else can answer anything;
+//! none of it panics or grows memory without bound.
 
-use super::call::Caller;
-use crate::saga::{Refusal, Saga, StepState};
-use crate::step::{ParticipantRecord, SagaStep, StepOutcome};
-use async_trait::async_trait;
+use crate::saga::Refusal;
+use crate::step::StepOutcome;
 use saga_proto::participant::v1 as pb;
-use saga_proto::participant::v1::operation_history_service_client::OperationHistoryServiceClient;
-use saga_proto::participant::v1::saga_step_service_client::SagaStepServiceClient;
-use service_kit::channel::GrpcChannel;
 use tonic::{Code, Status};
 
-/// Largest reply read from a participant of the generic contract; a larger
-/// one is an unknown outcome (retried), not decoded.
+/// Largest reply read from a participant (one call's, or a batch's per
+/// call); a larger one is an unknown outcome (retried), not decoded.
 pub const MAX_REPLY_BYTES: usize = 64 * 1024;
 
-/// A step whose participant implements `participant.v1.SagaStepService`.
-pub struct GenericStep {
-    name: &'static str,
-    action: &'static str,
-    compensation: &'static str,
-    client: SagaStepServiceClient<GrpcChannel>,
-    history: OperationHistoryServiceClient<GrpcChannel>,
-    caller: Caller,
-}
+/// How tonic words a message over the receiver's limit: a request over a
+/// participant's (RESOURCE_EXHAUSTED from its server), or a reply over the
+/// client's (an OUT_OF_RANGE made here, after the participant answered, so
+/// the call may well have been applied).
+const OVERSIZE: &str = "decoded message length too large";
 
-impl GenericStep {
-    /// The step `name` (its action and compensation labelled as given) over
-    /// a channel to its participant.
-    pub fn new(
-        name: &'static str,
-        action: &'static str,
-        compensation: &'static str,
-        channel: GrpcChannel,
-        caller: Caller,
-    ) -> Self {
-        GenericStep {
-            name,
-            action,
-            compensation,
-            client: SagaStepServiceClient::new(channel.clone())
-                .max_decoding_message_size(MAX_REPLY_BYTES),
-            history: OperationHistoryServiceClient::new(channel)
-                .max_decoding_message_size(MAX_REPLY_BYTES),
-            caller,
-        }
-    }
-
-    fn call(&self, saga: &Saga, step: &StepState, attempt: u32) -> pb::StepCall {
-        let order = &saga.order;
-        pb::StepCall {
-            request_id: step.request_id.clone(),
-            saga_id: saga.saga_id.clone(),
-            step: self.name.to_owned(),
-            attempt,
-            order: Some(pb::Order {
-                order_id: order.order_id.clone(),
-                customer_id: order.customer_id.clone(),
-                lines: order
-                    .items
-                    .iter()
-                    .map(|item| pb::OrderLine {
-                        product_id: item.product_id.clone(),
-                        quantity: item.quantity,
-                        unit_price_cents: item.unit_price_cents,
-                    })
-                    .collect(),
-                total_cents: order.total_cents,
-            }),
-        }
-    }
-}
-
-#[async_trait]
-impl SagaStep for GenericStep {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn action(&self) -> &'static str {
-        self.action
-    }
-
-    fn compensation(&self) -> &'static str {
-        self.compensation
-    }
-
-    async fn act(&self, saga: &Saga, step: &StepState) -> StepOutcome {
-        let call = self.call(saga, step, step.attempts);
-        let reply = self
-            .client
-            .clone()
-            .act(self.caller.request(saga, call))
-            .await;
-        act_outcome(reply.map(tonic::Response::into_inner))
-    }
-
-    async fn compensate(&self, saga: &Saga, step: &StepState) -> StepOutcome {
-        let call = self.call(saga, step, step.compensation_attempts);
-        let reply = self
-            .client
-            .clone()
-            .compensate(self.caller.request(saga, call))
-            .await;
-        compensation_outcome(reply.map(tonic::Response::into_inner))
-    }
-
-    async fn records(
-        &self,
-        saga: &Saga,
-        step: &StepState,
-    ) -> Result<Vec<ParticipantRecord>, String> {
-        self.caller
-            .records(&self.history, saga, &step.request_id)
-            .await
-    }
+/// Whether `status` says a message was over the receiver's size limit.
+pub fn over_size_limit(status: &Status) -> bool {
+    status.message().contains(OVERSIZE)
 }
 
 /// Statuses that say an Act can never succeed: a refusal, as the contract
 /// lists them. OUT_OF_RANGE is not among them: it is also what the gRPC
 /// client itself reports for a reply over its size limit, an outcome it
 /// could not read.
-fn is_refusal(code: Code) -> bool {
+pub fn is_refusal(code: Code) -> bool {
     matches!(
         code,
         Code::InvalidArgument | Code::FailedPrecondition | Code::AlreadyExists | Code::NotFound

@@ -1,23 +1,25 @@
-//! Call batching, the orchestrator's side: several sagas' Charge (or
-//! Deduct) calls to one participant sent as one ChargeBatch (DeductBatch)
-//! RPC, by a [`Batcher`] per kind of call. The participant's side, which
-//! runs each call of a batch on its own, is `participant_kit::batch`.
+//! Call batching, the orchestrator's side: several sagas' Acts (or
+//! Compensates) to one participant sent as one ActBatch (CompensateBatch)
+//! RPC of `participant.v1.SagaStepService`, by a [`Batcher`] per step and
+//! kind of call. The participant's side, which runs each call of a batch
+//! on its own, is `participant_kit::batch`; the rules both keep are in
+//! docs/participant-protocol.md ("Batches").
 //!
 //! Why: at concurrency 64 each RPC end costs tens of microseconds of HTTP/2
 //! and kernel TCP work on both sides, about as much as the participant's
-//! transaction itself (BENCHMARKS.md). The forward calls of many sagas in
-//! flight (Charge, Deduct) can share one RPC (ChargeBatch, DeductBatch)
-//! without changing what any of them means: the participant applies each
-//! call of a batch exactly as the call on its own (its own
-//! operationHistory record and transaction, its own status), so a call's
-//! outcome, its idempotency and its retries are the same either way.
+//! transaction itself (BENCHMARKS.md). The calls of many sagas in flight
+//! can share one RPC without changing what any of them means: the
+//! participant applies each call of a batch exactly as the call on its own
+//! (its own operationHistory record and transaction, its own status), so a
+//! call's outcome, its idempotency and its retries are the same either way.
+//! Every step is batched the same way, whoever wrote its participant.
 //!
 //! How, with no wait added when there is nothing to share — a call never
 //! waits for others to arrive:
 //! - A call that finds fewer than [`MAX_IN_FLIGHT`] RPCs in flight and no
-//!   call queued goes out at once, on its own (the plain Charge or Deduct),
-//!   from the saga's own task: an idle saga is called exactly as without
-//!   batching.
+//!   call queued goes out at once, on its own (the plain Act or
+//!   Compensate), from the saga's own task: an idle saga is called exactly
+//!   as without batching.
 //! - Otherwise it queues. When an RPC in flight ends, the calls queued
 //!   meanwhile leave together in one batch RPC, sent by a task of its own.
 //!   So batches form only under load. A call waits in the queue at most
@@ -32,28 +34,35 @@
 //! - A batch failing as a whole (connection lost, deadline, UNAVAILABLE)
 //!   fails each of its calls with that status, which each saga classifies
 //!   and retries as it would its own call. A status that would read as a
-//!   business refusal (INVALID_ARGUMENT, OUT_OF_RANGE, ...) describes the
-//!   RPC, not any call, so it reaches the calls as UNKNOWN (retried, never
-//!   taken for a refusal that needs no compensation); so does an answer
-//!   with the wrong number of results, and a reply whose request id is not
-//!   its call's.
+//!   business refusal describes the RPC, not any call, so it reaches the
+//!   calls as UNKNOWN (retried, never taken for a refusal that needs no
+//!   compensation); so does an answer with the wrong number of results,
+//!   and a result whose request id is not its call's.
+//! - **A batch never dooms its calls by its deadline alone.** One deadline
+//!   covers all the calls of a batch: on a slow store (a MongoDB under
+//!   write conflicts on hot documents) a large batch can miss it on every
+//!   retry although each call alone would fit. So a batch that ends
+//!   DEADLINE_EXCEEDED halves the number of calls later batches carry
+//!   (down to one: single calls), and the retries of its calls go out in
+//!   those smaller batches.
 //! - A batch holds at most [`MAX_BATCH`] calls and [`MAX_BATCH_BYTES`]
 //!   bytes of them. A participant that refuses a batch before running any
-//!   call of it — UNIMPLEMENTED (an older version without the batch RPC)
-//!   or "decoded message length too large" (over its request limit) — gets
-//!   that batch's calls again on their own at once, and from then on single
-//!   calls only, or batches of half that size (never under 1 KiB, the
-//!   smallest limit a participant accepts). Not forever: a participant is
-//!   upgraded or restarted with a larger limit while the orchestrator runs,
-//!   so [`RETRY_BATCHES_AFTER`] after the last refusal batches are tried
-//!   again, or the budget doubles (up to [`MAX_BATCH_BYTES`]); a refused
-//!   try costs one batch resent on its own, once per period.
+//!   call of it — UNIMPLEMENTED (a participant without the batch calls,
+//!   which are optional), INVALID_ARGUMENT (more calls than it takes) or
+//!   "decoded message length too large" (over its request limit) — gets
+//!   that batch's calls again on their own at once, and from then on
+//!   single calls only, or batches of half that many calls or bytes (never
+//!   under 1 KiB, the smallest limit a participant accepts). Not forever:
+//!   a participant is upgraded or restarted with a larger limit while the
+//!   orchestrator runs, so [`RETRY_BATCHES_AFTER`] after the last refusal
+//!   batches are tried again, or the budgets double (up to their maxima);
+//!   a refused try costs one batch resent on its own, once per period.
 //!
 //! Counted: `saga_participant_batches_total{step}` batch RPCs sent and
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
 //! ratio is the mean batch size; calls sent on their own are not counted).
 
-use super::classify::{is_refusal, over_size_limit};
+use super::reply::{is_refusal, over_size_limit};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,7 +75,8 @@ use tonic::{Code, Status};
 pub const MAX_IN_FLIGHT: usize = 2;
 /// Longest a call waits in the queue for an RPC in flight to end.
 pub const FLUSH_AFTER: Duration = Duration::from_millis(50);
-/// Most calls in one batch RPC (the participants accept 1,000).
+/// Most calls in one batch RPC, at first (the participants of this
+/// repository accept 1,000).
 pub const MAX_BATCH: usize = 256;
 /// Most bytes of calls in one batch RPC, at first: far below the
 /// participants' default request limit (1 MiB, `--max-request-bytes`).
@@ -84,9 +94,19 @@ const MIN_BATCH_DEADLINE: Duration = Duration::from_millis(100);
 /// A boxed future, as the transport below returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// One call's result in a batch: the request id it says it answers, and
+/// what the call on its own would have ended with.
+#[derive(Debug)]
+pub struct Answer<R> {
+    /// The request id of the call this answers.
+    pub request_id: String,
+    /// The call's reply or status.
+    pub result: Result<R, Status>,
+}
+
 /// What a batch RPC answers: one result per call, in their order, or the
 /// status of the RPC as a whole.
-pub type BatchReply<R> = Result<Vec<Result<R, Status>>, Status>;
+pub type BatchReply<R> = Result<Vec<Answer<R>>, Status>;
 
 /// The two ways to send one kind of call to a participant.
 pub trait Transport: Send + Sync + 'static {
@@ -114,9 +134,9 @@ pub trait Transport: Send + Sync + 'static {
     /// A call's size in a batch, in bytes.
     fn size(request: &Self::Request, traceparent: &str) -> usize;
 
-    /// Whether `reply` answers `request` (same request id): a batch's
+    /// Whether a result naming `request_id` answers `request`: a batch's
     /// results are matched to its calls by position, and checked.
-    fn answers(request: &Self::Request, reply: &Self::Reply) -> bool;
+    fn answers(request: &Self::Request, request_id: &str) -> bool;
 }
 
 /// Batches one kind of call to one participant. Cheap to clone.
@@ -151,11 +171,14 @@ struct State<T: Transport> {
     in_flight: usize,
     /// The participant answered UNIMPLEMENTED to a batch: single calls only.
     no_batches: bool,
+    /// Most calls per batch: [`MAX_BATCH`], halved each time a batch
+    /// misses its deadline or the participant refuses it as too many.
+    max_calls: usize,
     /// Most bytes of calls per batch: [`MAX_BATCH_BYTES`], halved each
     /// time the participant refuses a batch as too large.
     max_bytes: usize,
-    /// When the participant last refused a batch, while `no_batches` or a
-    /// smaller `max_bytes` still follows from it.
+    /// When the participant last refused a batch (or a batch missed its
+    /// deadline), while `no_batches` or a smaller budget follows from it.
     refused_at: Option<Instant>,
 }
 
@@ -298,6 +321,7 @@ impl<T: Transport> State<T> {
             queue: Vec::new(),
             in_flight: 0,
             no_batches: false,
+            max_calls: MAX_BATCH,
             max_bytes: MAX_BATCH_BYTES,
             refused_at: None,
         }
@@ -325,7 +349,7 @@ impl<T: Transport> State<T> {
         let take = self
             .queue
             .iter()
-            .take(MAX_BATCH)
+            .take(self.max_calls)
             .take_while(|q| {
                 bytes += q.bytes;
                 bytes <= self.max_bytes
@@ -335,20 +359,21 @@ impl<T: Transport> State<T> {
         Some(self.queue.drain(..take).collect())
     }
 
-    /// Notes a refusal: single calls only (`unimplemented`), or a budget
-    /// half of the refused batch's `bytes`.
-    fn refused(&mut self, unimplemented: bool, bytes: usize) {
-        if unimplemented {
-            self.no_batches = true;
-        } else {
-            self.max_bytes = self.max_bytes.min(bytes / 2).max(MIN_BATCH_BYTES);
+    /// Notes why later batches must be smaller, or none at all.
+    fn shrink(&mut self, shrink: Shrink) {
+        match shrink {
+            Shrink::NoBatches => self.no_batches = true,
+            Shrink::Bytes(bytes) => {
+                self.max_bytes = self.max_bytes.min(bytes / 2).max(MIN_BATCH_BYTES);
+            }
+            Shrink::Calls(calls) => self.max_calls = self.max_calls.min(calls / 2).max(1),
         }
         self.refused_at = Some(Instant::now());
     }
 
-    /// [`RETRY_BATCHES_AFTER`] past the last refusal: batches again, and a
-    /// budget twice as large; once it is back at [`MAX_BATCH_BYTES`] the
-    /// refusal is forgotten, else it doubles again a period later.
+    /// [`RETRY_BATCHES_AFTER`] past the last refusal: batches again, and
+    /// budgets twice as large; once they are back at their maxima the
+    /// refusal is forgotten, else they double again a period later.
     fn retry_after_refusal(&mut self) {
         let Some(refused_at) = self.refused_at else {
             return;
@@ -358,12 +383,27 @@ impl<T: Transport> State<T> {
         }
         self.no_batches = false;
         self.max_bytes = self.max_bytes.saturating_mul(2).min(MAX_BATCH_BYTES);
-        self.refused_at = (self.max_bytes < MAX_BATCH_BYTES).then(Instant::now);
+        self.max_calls = self.max_calls.saturating_mul(2).min(MAX_BATCH);
+        let shrunk = self.max_bytes < MAX_BATCH_BYTES || self.max_calls < MAX_BATCH;
+        self.refused_at = shrunk.then(Instant::now);
         tracing::info!(
             max_bytes = self.max_bytes,
-            "trying batches again since the participant's last refusal"
+            max_calls = self.max_calls,
+            "trying larger batches again since the last refusal or missed deadline"
         );
     }
+}
+
+/// How later batches shrink after one went wrong.
+#[derive(Debug, Clone, Copy)]
+enum Shrink {
+    /// The participant has no batch calls.
+    NoBatches,
+    /// A batch of this many bytes was over its request limit.
+    Bytes(usize),
+    /// A batch of this many calls was too many (refused, or past its
+    /// deadline).
+    Calls(usize),
 }
 
 /// Sends `batch` (its RPC already counted in flight), then lets the next
@@ -401,12 +441,13 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         .increment(count as u64);
     match shared.transport.many(calls, deadline).await {
         Ok(results) if results.len() == count => {
-            for (q, result) in batch.into_iter().zip(results) {
-                let result = match result {
-                    Ok(reply) if !T::answers(&q.request, &reply) => Err(Status::unknown(
-                        "the batch answered this call with another call's reply",
-                    )),
-                    result => result,
+            for (q, answer) in batch.into_iter().zip(results) {
+                let result = if T::answers(&q.request, &answer.request_id) {
+                    answer.result
+                } else {
+                    Err(Status::unknown(
+                        "the batch answered this call with another call's result",
+                    ))
                 };
                 let _ = q.reply.send(result);
             }
@@ -421,30 +462,39 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
             }
         }
         Err(status) if refused_before_running(&status) => {
+            let shrink = match status.code() {
+                Code::Unimplemented => Shrink::NoBatches,
+                Code::InvalidArgument => Shrink::Calls(count),
+                _ => Shrink::Bytes(batch.iter().map(|q| q.bytes).sum()),
+            };
             {
-                let unimplemented = status.code() == Code::Unimplemented;
-                let bytes: usize = batch.iter().map(|q| q.bytes).sum();
                 let mut state = shared.state();
-                state.refused(unimplemented, bytes);
-                if unimplemented {
-                    tracing::info!(
-                        error = status.message(),
-                        "the participant has no batch RPC: single calls for a while"
-                    );
-                } else {
-                    tracing::info!(
-                        error = status.message(),
-                        bytes,
-                        max_bytes = state.max_bytes,
-                        "a batch over the participant's request limit: smaller batches for a while"
-                    );
-                }
+                state.shrink(shrink);
+                tracing::info!(
+                    step = shared.step,
+                    error = status.message(),
+                    calls = count,
+                    max_calls = state.max_calls,
+                    max_bytes = state.max_bytes,
+                    no_batches = state.no_batches,
+                    "the participant refused a batch before running it: its calls resent alone, smaller batches (or none) for a while"
+                );
             }
             send_singles(shared, batch).await;
         }
         Err(status) => {
+            if status.code() == Code::DeadlineExceeded {
+                let mut state = shared.state();
+                state.shrink(Shrink::Calls(count));
+                tracing::info!(
+                    step = shared.step,
+                    calls = count,
+                    max_calls = state.max_calls,
+                    "a batch missed its deadline: smaller batches for a while"
+                );
+            }
             // The RPC's status, not any call's: never a business refusal.
-            let code = if is_refusal(&status) {
+            let code = if is_refusal(status.code()) {
                 Code::Unknown
             } else {
                 status.code()
@@ -458,10 +508,12 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
 }
 
 /// Whether the participant refused the batch before running any call of
-/// it: it has no batch RPC, or the batch is over its request limit.
+/// it: it has no batch calls, the batch holds more calls than it takes
+/// (INVALID_ARGUMENT: a batch RPC fails as a whole only before running),
+/// or the batch is over its request limit.
 fn refused_before_running(status: &Status) -> bool {
     match status.code() {
-        Code::Unimplemented => true,
+        Code::Unimplemented | Code::InvalidArgument => true,
         Code::ResourceExhausted | Code::OutOfRange => over_size_limit(status),
         _ => false,
     }
