@@ -344,12 +344,12 @@ fn a_malformed_steps_file_stops_the_binary_with_one_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cases = [
         (
-            "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nname = \"shipping\"\n",
+            "[[steps]]\nname = \"payment\"\naddress = \"h:1\"\n\n[[steps]]\nname = \"shipping\"\n",
             "step 2 (\"shipping\"): address is missing",
         ),
         (
-            "[[steps]]\nbuiltin = \"payment\"\n[[steps]]\nbuiltin = \"shiping\"\n",
-            "step 2 (\"shiping\"): unknown builtin",
+            "[[steps]]\nname = \"payment\"\naddress = \"h:1\"\n[[steps]]\nbuiltin = \"inventory\"\n",
+            "unknown field `builtin`",
         ),
         (
             "[[steps]]\nname = \"loyalty\"\naddress = \"h:1\"\n[[steps]]\nname = \"loyalty\"\naddress = \"h:2\"\n",

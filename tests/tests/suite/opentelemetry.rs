@@ -85,8 +85,7 @@ async fn orchestrator(
     dir: &Path,
 ) -> ServiceProcess {
     let steps = dir.join("saga-steps.toml");
-    let mut file =
-        "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n".to_owned();
+    let mut file = orchestrator::steps_file::DEFAULT_STEPS.to_owned();
     if let Some(loyalty) = loyalty {
         file.push_str(&format!(
             "\n[[steps]]\nname = \"loyalty\"\naddress = \"http://{loyalty}\"\naction = \"award_points\"\ncompensation = \"revoke_points\"\n"
@@ -104,10 +103,8 @@ async fn orchestrator(
         data.to_str().expect("UTF-8 path"),
         "--steps-file",
         steps.to_str().expect("UTF-8 path"),
-        "--payment-addr",
-        &payment,
-        "--inventory-addr",
-        &inventory,
+        "--step-address",
+        &format!("payment={},inventory={}", &payment, &inventory),
         "--no-console",
         "--no-metrics",
         "--retry-max-delay-ms",

@@ -175,10 +175,11 @@ async fn a_service_whose_store_is_down_is_alive_but_not_ready_until_it_comes_up(
             &orchestrator_db,
             "--no-console",
             "--no-metrics",
-            "--payment-addr",
-            "http://127.0.0.1:1",
-            "--inventory-addr",
-            "http://127.0.0.1:1",
+            "--step-address",
+            &format!(
+                "payment={},inventory={}",
+                "http://127.0.0.1:1", "http://127.0.0.1:1"
+            ),
         ],
         &[],
         dir.path(),

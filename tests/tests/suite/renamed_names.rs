@@ -28,10 +28,8 @@ async fn orchestrator(env: &[(&str, &str)], dir: &Path) -> ServiceProcess {
         "serve",
         "--data-dir",
         data.to_str().expect("UTF-8 path"),
-        "--payment-addr",
-        &nobody,
-        "--inventory-addr",
-        &nobody,
+        "--step-address",
+        &format!("payment={},inventory={}", &nobody, &nobody),
     ];
     let service = ServiceProcess::spawn("orchestrator", free_addr(), &args, env, dir);
     service.until_ready(LIMIT).await;

@@ -170,10 +170,12 @@ pub async fn run(
         "serve",
         "--listen",
         &orch_addr.to_string(),
-        "--payment-addr",
-        &format!("http://{pay_addr}"),
-        "--inventory-addr",
-        &format!("http://{inv_addr}"),
+        "--step-address",
+        &format!(
+            "payment={},inventory={}",
+            &format!("http://{pay_addr}"),
+            &format!("http://{inv_addr}")
+        ),
         "--instance-id",
         "chaos-retention",
         "--sweep-interval-ms",

@@ -468,9 +468,9 @@ impl Services {
 fn write_steps_file(work: &Path, loyalty: SocketAddr) -> Result<std::path::PathBuf, String> {
     let path = work.join("saga-steps.toml");
     let text = format!(
-        "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n\n\
-         [[steps]]\nname = \"{}\"\naddress = \"http://{loyalty}\"\n\
+        "{}\n[[steps]]\nname = \"{}\"\naddress = \"http://{loyalty}\"\n\
          action = \"award_points\"\ncompensation = \"revoke_points\"\n",
+        orchestrator::steps_file::DEFAULT_STEPS,
         crate::third_step::STEP
     );
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -626,10 +626,12 @@ fn orchestrator_args(
         "serve",
         "--listen",
         &orch.to_string(),
-        "--payment-addr",
-        &format!("http://{payment}"),
-        "--inventory-addr",
-        &format!("http://{inventory}"),
+        "--step-address",
+        &format!(
+            "payment={},inventory={}",
+            &format!("http://{payment}"),
+            &format!("http://{inventory}")
+        ),
         "--instance-id",
         instance_id,
         "--call-timeout-ms",

@@ -233,11 +233,10 @@ impl Stack {
         stack.wait_ready("payment-svc", deadline).await?;
         stack.wait_ready("inventory-svc", deadline).await?;
         let mut orchestrator = service("orchestrator", ports[0], ports[3])?;
-        orchestrator
-            .arg("--payment-addr")
-            .arg(&stack.payment)
-            .arg("--inventory-addr")
-            .arg(&stack.inventory);
+        orchestrator.arg("--step-address").arg(format!(
+            "payment={},inventory={}",
+            stack.payment, stack.inventory
+        ));
         if let Some(loyalty) = stack.loyalty.clone() {
             stack.wait_ready(LOYALTY, deadline).await?;
             let steps = stack.write_steps_file(&loyalty)?;
@@ -268,9 +267,9 @@ impl Stack {
     fn write_steps_file(&self, loyalty: &str) -> Result<PathBuf, String> {
         let path = self.dir_path.join("saga-steps.toml");
         let text = format!(
-            "[[steps]]\nbuiltin = \"payment\"\n\n[[steps]]\nbuiltin = \"inventory\"\n\n\
-             [[steps]]\nname = \"{LOYALTY_STEP}\"\naddress = \"{loyalty}\"\n\
-             action = \"award_points\"\ncompensation = \"revoke_points\"\n"
+            "{}\n[[steps]]\nname = \"{LOYALTY_STEP}\"\naddress = \"{loyalty}\"\n\
+             action = \"award_points\"\ncompensation = \"revoke_points\"\n",
+            orchestrator::steps_file::DEFAULT_STEPS
         );
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
         Ok(path)
