@@ -51,6 +51,42 @@ pub async fn start_order(
         .saga_id
 }
 
+/// The `participant.v1` step call the orchestrator sends for step `step`
+/// of `saga` (a late or duplicated call, as a test replays it).
+pub fn step_call_of(saga: &saga::Saga, step: &str) -> saga_proto::participant::v1::StepCall {
+    use saga_proto::participant::v1 as participant;
+    let order = saga.order.clone().unwrap_or_default();
+    participant::StepCall {
+        request_id: format!("{}:{step}", saga.saga_id),
+        saga_id: saga.saga_id.clone(),
+        step: step.to_owned(),
+        attempt: 1,
+        order: Some(participant::Order {
+            order_id: order.order_id,
+            customer_id: order.customer_id,
+            lines: order
+                .items
+                .into_iter()
+                .map(|i| participant::OrderLine {
+                    product_id: i.product_id,
+                    quantity: i.quantity,
+                    unit_price_cents: i.unit_price_cents,
+                })
+                .collect(),
+            total_cents: order.total_cents,
+        }),
+    }
+}
+
+/// A `participant.v1.SagaStepService` client of the participant at `addr`.
+pub async fn steps(
+    addr: SocketAddr,
+) -> saga_proto::participant::v1::saga_step_service_client::SagaStepServiceClient<Channel> {
+    saga_proto::participant::v1::saga_step_service_client::SagaStepServiceClient::new(
+        channel(addr).await,
+    )
+}
+
 /// A connected channel (retrying while the server starts).
 pub async fn channel(addr: SocketAddr) -> Channel {
     let endpoint =

@@ -33,7 +33,7 @@ impl Capture {
             .with_current_span(true)
             .with_span_list(true)
             .with_env_filter(EnvFilter::new(
-                "warn,orchestrator=debug,payment_svc=debug,inventory_svc=debug",
+                "warn,orchestrator=debug,participant_kit=debug,payment_svc=debug,inventory_svc=debug",
             ))
             .with_writer(capture.clone())
             .finish();
@@ -106,7 +106,8 @@ fn message(line: &Value) -> &str {
     line["fields"]["message"].as_str().unwrap_or_default()
 }
 
-/// The participant calls (span names) whose lines carry a request id.
+/// The participant calls (the `rpc` of their `step` spans) whose lines
+/// carry a request id.
 const PARTICIPANT_SPANS: [&str; 4] = ["charge", "refund", "deduct", "restock"];
 
 /// The lines of one saga: the orchestrator's (logged in its `saga` span)
@@ -128,10 +129,12 @@ fn saga_lines<'a>(lines: &'a [Value], saga_id: &str) -> SagaLines<'a> {
             found.orchestrator.push(line);
         }
         for call in PARTICIPANT_SPANS {
-            let ours = span(line, call).is_some_and(|s| {
-                s["request_id"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with(&prefix))
+            // A step call's span, named by the kind of call it is.
+            let ours = span(line, "step").is_some_and(|s| {
+                s["rpc"] == call
+                    && s["request_id"]
+                        .as_str()
+                        .is_some_and(|id| id.starts_with(&prefix))
             });
             if ours {
                 found.participants.push((call, line));
@@ -256,10 +259,10 @@ async fn one_sagas_lines_join_up_across_the_three_services() {
         }
 
         for call in calls {
-            let service = if matches!(*call, "charge" | "refund") {
-                "payment_svc"
+            let step = if matches!(*call, "charge" | "refund") {
+                "payment"
             } else {
-                "inventory_svc"
+                "inventory"
             };
             let lines: Vec<&Value> = found
                 .participants
@@ -268,8 +271,10 @@ async fn one_sagas_lines_join_up_across_the_three_services() {
                 .map(|(_, l)| *l)
                 .collect();
             assert!(
-                lines.iter().any(|l| target(l).starts_with(service)),
-                "no {service} line for the {call} of saga {saga_id}:\n{}",
+                lines
+                    .iter()
+                    .any(|l| span(l, "step").is_some_and(|s| s["step"] == step)),
+                "no line of the {step} participant for the {call} of saga {saga_id}:\n{}",
                 dump()
             );
         }

@@ -37,10 +37,6 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span};
 
-/// The RPC names calls are timed and logged under.
-const ACT_RPC: &str = "act";
-const COMPENSATE_RPC: &str = "compensate";
-
 /// Implements `participant.v1.SagaStepService` over a [`StepStore`].
 pub struct StepApi {
     store: Arc<dyn StepStore>,
@@ -92,9 +88,13 @@ pub async fn serve_on(
     kit.serve_on(Routes::default(), label, store, server).await
 }
 
+/// The span of one step call, named (in exported traces) and timed by
+/// the store's kind of record — `charge`, `deduct`, `act`, … — so a step
+/// call reads like the participant's own operation of that kind.
 fn span(rpc: &'static str, call: &StepCall, trace_id: &str) -> Span {
     tracing::info_span!(
         "step",
+        "otel.name" = rpc,
         rpc,
         request_id = %call.request_id,
         step = %call.step,
@@ -174,7 +174,7 @@ impl StepApi {
         call: pb::StepCall,
     ) -> Result<pb::ActReply, Status> {
         let call = StepCall::try_from(call)?;
-        let span = span(ACT_RPC, &call, timed.trace_id());
+        let span = span(self.store.kinds().0, &call, timed.trace_id());
         timed.join_caller(&span);
         crate::logged!(&span, self.act_once(call).instrument(span.clone()).await)
     }
@@ -186,7 +186,7 @@ impl StepApi {
         call: pb::StepCall,
     ) -> Result<pb::CompensateReply, Status> {
         let call = StepCall::try_from(call)?;
-        let span = span(COMPENSATE_RPC, &call, timed.trace_id());
+        let span = span(self.store.kinds().1, &call, timed.trace_id());
         timed.join_caller(&span);
         crate::logged!(
             &span,
@@ -221,7 +221,9 @@ impl SagaStepService for StepApi {
     async fn act(&self, request: Request<pb::StepCall>) -> Result<Response<pb::ActReply>, Status> {
         // Token first: a refused call reads and changes nothing. Held for
         // its timer.
-        let timed = self.kit.call(ACT_RPC, CallKind::Action, &request)?;
+        let timed = self
+            .kit
+            .call(self.store.kinds().0, CallKind::Action, &request)?;
         let reply = self.act_started(timed, request.into_inner()).await?;
         Ok(Response::new(reply))
     }
@@ -232,7 +234,7 @@ impl SagaStepService for StepApi {
     ) -> Result<Response<pb::CompensateReply>, Status> {
         let timed = self
             .kit
-            .call(COMPENSATE_RPC, CallKind::Compensation, &request)?;
+            .call(self.store.kinds().1, CallKind::Compensation, &request)?;
         let reply = self.compensate_started(timed, request.into_inner()).await?;
         Ok(Response::new(reply))
     }
@@ -248,9 +250,9 @@ impl SagaStepService for StepApi {
         let results = batch::run(calls, |(request_id, call)| async move {
             let result = match call {
                 Ok((call, traceparent)) => {
-                    let timed = self
-                        .kit
-                        .batched_call(ACT_RPC, CallKind::Action, &traceparent);
+                    let timed =
+                        self.kit
+                            .batched_call(self.store.kinds().0, CallKind::Action, &traceparent);
                     self.act_started(timed, call).await
                 }
                 Err(status) => Err(status),
@@ -278,9 +280,11 @@ impl SagaStepService for StepApi {
         let results = batch::run(calls, |(request_id, call)| async move {
             let result = match call {
                 Ok((call, traceparent)) => {
-                    let timed =
-                        self.kit
-                            .batched_call(COMPENSATE_RPC, CallKind::Compensation, &traceparent);
+                    let timed = self.kit.batched_call(
+                        self.store.kinds().1,
+                        CallKind::Compensation,
+                        &traceparent,
+                    );
                     self.compensate_started(timed, call).await
                 }
                 Err(status) => Err(status),

@@ -524,6 +524,7 @@ async fn both_participants_serve_and_advertise_the_fault_service() {
             "faults.v1.FaultService".to_owned(),
             "grpc.health.v1.Health".to_owned(),
             "participant.v1.OperationHistoryService".to_owned(),
+            "participant.v1.SagaStepService".to_owned(),
             own.to_owned(),
         ];
         expected.sort();

@@ -323,7 +323,7 @@ async fn one_trace_per_saga_across_the_services() {
     );
     check_participant(&trace, steps[0], "payment-svc", "charge");
     check_participant(&trace, steps[1], "inventory-svc", "deduct");
-    check_participant(&trace, steps[2], "loyalty-svc", "step");
+    check_participant(&trace, steps[2], "loyalty-svc", "act");
     assert_eq!(trace.spans.len(), 8, "{}", trace.listing());
     eprintln!(
         "completed saga: {} spans{}",
@@ -349,7 +349,7 @@ async fn one_trace_per_saga_across_the_services() {
     assert_eq!(steps[2].attribute("outcome"), Some("refused"));
     check_participant(&trace, steps[0], "payment-svc", "charge");
     check_participant(&trace, steps[1], "inventory-svc", "deduct");
-    check_participant(&trace, steps[2], "loyalty-svc", "step");
+    check_participant(&trace, steps[2], "loyalty-svc", "act");
     check_participant(&trace, steps[3], "inventory-svc", "restock");
     check_participant(&trace, steps[4], "payment-svc", "refund");
     assert_eq!(trace.spans.len(), 12, "{}", trace.listing());

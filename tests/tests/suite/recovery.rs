@@ -564,21 +564,23 @@ async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
         "the charge was refunded"
     );
 
-    // The restock arrived before any deduct: a null compensation. A deduct
-    // arriving late (say, a delayed packet) is refused and takes nothing.
-    let late = stack
-        .inventory()
+    // The restock arrived before any deduct: a null compensation. The
+    // deduct arriving late (say, a delayed packet) is refused and takes
+    // nothing.
+    let late = saga_tests::steps(stack.inventory.addr)
         .await
-        .deduct(saga_proto::inventory::v1::DeductRequest {
-            request_id: inventory_step.request_id.clone(),
-            lines: vec![saga_proto::inventory::v1::Line {
-                product_id: "sku-apple".into(),
-                quantity: 1,
-            }],
-        })
+        .act(saga_tests::step_call_of(&done, "inventory"))
         .await
-        .expect_err("hanging deduct refused");
-    assert_eq!(late.code(), tonic::Code::FailedPrecondition);
+        .expect("a refusal is an answer")
+        .into_inner();
+    assert_eq!(
+        (late.outcome(), late.reason_code.as_str()),
+        (
+            saga_proto::participant::v1::act_reply::Outcome::Refused,
+            "ALREADY_COMPENSATED"
+        ),
+        "{late:?}"
+    );
     assert_eq!(stack.stock("sku-apple").await, 10);
     orchestrator.stop().await;
     stack.stop().await;

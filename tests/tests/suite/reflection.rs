@@ -40,6 +40,7 @@ async fn every_server_offers_health_and_reflection() {
         expect(&[
             "faults.v1.FaultService",
             "participant.v1.OperationHistoryService",
+            "participant.v1.SagaStepService",
             "payment.v1.PaymentService"
         ])
     );
@@ -48,7 +49,8 @@ async fn every_server_offers_health_and_reflection() {
         expect(&[
             "faults.v1.FaultService",
             "inventory.v1.InventoryService",
-            "participant.v1.OperationHistoryService"
+            "participant.v1.OperationHistoryService",
+            "participant.v1.SagaStepService"
         ])
     );
 
@@ -67,6 +69,8 @@ async fn every_server_offers_health_and_reflection() {
             saga_tests::reflection::describes(addr, "participant.v1.OperationHistoryService").await
         );
         assert!(serving(addr, "participant.v1.OperationHistoryService").await);
+        assert!(saga_tests::reflection::describes(addr, "participant.v1.SagaStepService").await);
+        assert!(serving(addr, "participant.v1.SagaStepService").await);
     }
     stack.stop().await;
 }
