@@ -180,11 +180,11 @@ pub fn listed(operations: &[pb::Operation]) -> String {
     format!("[{}]", shown.join(", "))
 }
 
-/// The records of the protocol's kinds (`act`, `compensate`) under
-/// `call`'s request id are exactly `expected` (kind, status) in any order,
-/// and every record listed is under that request id; returns all listed.
-/// Entries of other kinds are the participant's own (inventory lists its
-/// order lines) and left alone.
+/// The barrier's records under `call`'s request id (`act`, `compensate`:
+/// [`Target::barrier_kind`]) are exactly `expected` (kind, status) in any
+/// order, and every record listed is under that request id; returns all
+/// listed. Entries of other kinds, and order lines, are the participant's
+/// own (inventory lists its order lines) and left alone.
 pub async fn records(
     target: &Target,
     call: &pb::StepCall,
@@ -196,8 +196,7 @@ pub async fn records(
         .map_err(|s| format!("ListOperations failed with {}", status(&s)))?;
     let mut found: Vec<(&str, &str)> = operations
         .iter()
-        .filter(|o| o.kind == record::ACT || o.kind == record::COMPENSATE)
-        .map(|o| (o.kind.as_str(), o.status.as_str()))
+        .filter_map(|o| Some((target.barrier_kind(o)?, o.status.as_str())))
         .collect();
     let mut wanted = expected.to_vec();
     found.sort_unstable();

@@ -34,6 +34,14 @@ struct Cli {
     /// Concurrent calls in the concurrency rules.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(2..=1000))]
     concurrency: u16,
+    /// The kind the participant lists an Act's record under
+    /// (ListOperations): payment-svc `charge`, inventory-svc `deduct`.
+    #[arg(long, default_value = "act")]
+    action_kind: String,
+    /// The kind it lists a Compensate's record under: payment-svc
+    /// `refund`, inventory-svc `restock`.
+    #[arg(long, default_value = "compensate")]
+    compensation_kind: String,
     /// Deadline of each call, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     call_timeout_ms: u64,
@@ -60,6 +68,8 @@ fn main() -> ExitCode {
     settings.refused_order = cli.refused_order;
     settings.concurrency = usize::from(cli.concurrency);
     settings.call_timeout = Duration::from_millis(cli.call_timeout_ms);
+    settings.action_kind = cli.action_kind;
+    settings.compensation_kind = cli.compensation_kind;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -38,6 +38,12 @@ pub struct Settings {
     pub concurrency: usize,
     /// Deadline of each call.
     pub call_timeout: Duration,
+    /// The kind an Act's record is listed under (`act`; payment-svc
+    /// `charge`, inventory-svc `deduct`).
+    pub action_kind: String,
+    /// The kind a Compensate's record is listed under (`compensate`;
+    /// `refund`, `restock`).
+    pub compensation_kind: String,
 }
 
 impl Settings {
@@ -53,6 +59,8 @@ impl Settings {
             refused_order: None,
             concurrency: 50,
             call_timeout: Duration::from_secs(10),
+            action_kind: crate::expect::record::ACT.into(),
+            compensation_kind: crate::expect::record::COMPENSATE.into(),
         }
     }
 }
@@ -123,6 +131,88 @@ impl Target {
     /// What the kit was asked to send.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Whether `operation` is a record of the barrier, and which:
+    /// [`ACT`](crate::expect::record::ACT) or
+    /// [`COMPENSATE`](crate::expect::record::COMPENSATE) under the kinds
+    /// the participant records them as. A record of an order line (with a
+    /// `line_index`) is the participant's own, not the barrier's.
+    pub fn barrier_kind(&self, operation: &pb::Operation) -> Option<&'static str> {
+        use crate::expect::record::{ACT, COMPENSATE};
+        if operation.line_index.is_some() {
+            None
+        } else if operation.kind == self.settings.action_kind {
+            Some(ACT)
+        } else if operation.kind == self.settings.compensation_kind {
+            Some(COMPENSATE)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the participant has the batch calls: an empty ActBatch is
+    /// answered (not UNIMPLEMENTED).
+    pub async fn has_batches(&self) -> bool {
+        let empty = self.act_batch_once(Vec::new(), Auth::Token).await;
+        !matches!(empty, Err(s) if s.code() == Code::Unimplemented)
+    }
+
+    /// One ActBatch of `calls`: each result's request id and the call's
+    /// reply or status, in the order answered.
+    pub async fn act_batch_once(
+        &self,
+        calls: Vec<pb::StepCall>,
+        auth: Auth,
+    ) -> Result<Vec<(String, Result<pb::ActReply, Status>)>, Status> {
+        use pb::act_result::Result as One;
+        let mut client = SagaStepServiceClient::new(self.channel.clone());
+        let reply = client
+            .act_batch(self.request(batch(calls), auth))
+            .await?
+            .into_inner();
+        Ok(reply
+            .results
+            .into_iter()
+            .map(|r| {
+                let result = match r.result {
+                    Some(One::Reply(reply)) => Ok(reply),
+                    Some(One::Error(e)) => Err(call_status(e)),
+                    None => Err(Status::internal(
+                        "a batch result with neither reply nor error",
+                    )),
+                };
+                (r.request_id, result)
+            })
+            .collect())
+    }
+
+    /// One CompensateBatch of `calls`, as [`Target::act_batch_once`].
+    pub async fn compensate_batch_once(
+        &self,
+        calls: Vec<pb::StepCall>,
+        auth: Auth,
+    ) -> Result<Vec<(String, Result<pb::CompensateReply, Status>)>, Status> {
+        use pb::compensate_result::Result as One;
+        let mut client = SagaStepServiceClient::new(self.channel.clone());
+        let reply = client
+            .compensate_batch(self.request(batch(calls), auth))
+            .await?
+            .into_inner();
+        Ok(reply
+            .results
+            .into_iter()
+            .map(|r| {
+                let result = match r.result {
+                    Some(One::Reply(reply)) => Ok(reply),
+                    Some(One::Error(e)) => Err(call_status(e)),
+                    None => Err(Status::internal(
+                        "a batch result with neither reply nor error",
+                    )),
+                };
+                (r.request_id, result)
+            })
+            .collect())
     }
 
     /// A call of a fresh saga (`<uuid v7>:<step>`, attempt 1) for `order`.
@@ -211,6 +301,28 @@ impl Target {
     pub async fn list(&self, request_id: &str) -> Result<Vec<pb::Operation>, Status> {
         retrying(|_| self.list_once(request_id, Auth::Token)).await
     }
+}
+
+/// `calls` as a batch, each with a trace context of its own.
+fn batch(calls: Vec<pb::StepCall>) -> pb::StepCallBatch {
+    pb::StepCallBatch {
+        calls: calls
+            .into_iter()
+            .map(|call| pb::BatchedStepCall {
+                traceparent: format!(
+                    "00-{}-{:016x}-01",
+                    uuid::Uuid::now_v7().simple(),
+                    u64::from(call.attempt) + 1
+                ),
+                call: Some(call),
+            })
+            .collect(),
+    }
+}
+
+/// A batched call's error as the status of the call on its own.
+fn call_status(e: pb::CallError) -> Status {
+    Status::with_details(Code::from_i32(e.code), e.message, e.details.into())
 }
 
 /// Whether the protocol lets a participant answer `code` without having

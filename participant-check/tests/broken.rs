@@ -11,6 +11,11 @@
 //! - `ignoring_the_token_fails_token_required`.
 //! - `check_then_insert_fails_only_under_concurrency`: a read before the
 //!   write instead of a unique key, which one call at a time never shows.
+//! - `a_batch_without_its_barrier_fails_the_batch_rules`: every call of a
+//!   batch applies, however often it comes; single calls are right.
+//! - `a_batch_answered_out_of_order_fails_the_batch_rules`.
+//! - `a_participant_without_batches_skips_only_the_batch_rules`: batches
+//!   are optional.
 
 mod support;
 
@@ -123,7 +128,11 @@ async fn ignoring_the_token_fails_token_required() {
     };
     let served = memory::serve(flaws, Some(TOKEN)).await;
     let report = check(settings(served.addr, Some(TOKEN))).await;
-    assert_eq!(report.failed_rules(), ["token-required"], "{report}");
+    assert_eq!(
+        report.failed_rules(),
+        ["token-required", "batch-token-required"],
+        "{report}"
+    );
 }
 
 #[tokio::test]
@@ -154,4 +163,63 @@ async fn check_then_insert_fails_only_under_concurrency() {
             "history-lists-records",
         ],
     );
+}
+
+#[tokio::test]
+async fn a_batch_without_its_barrier_fails_the_batch_rules() {
+    let flaws = Flaws {
+        batch_no_dedupe: true,
+        ..Flaws::default()
+    };
+    let served = memory::serve(flaws, None).await;
+    let report = check(settings(served.addr, None)).await;
+    assert_fails(
+        &report,
+        &["batch-duplicates-apply-once", "batch-retried-replays"],
+        &[
+            "repeat-act-replays",
+            "concurrent-acts-one-effect",
+            "batch-results-in-order",
+            "batch-refusal-is-the-calls-own",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_batch_answered_out_of_order_fails_the_batch_rules() {
+    let flaws = Flaws {
+        batch_reordered: true,
+        ..Flaws::default()
+    };
+    let served = memory::serve(flaws, None).await;
+    let report = check(settings(served.addr, None)).await;
+    assert_fails(
+        &report,
+        &[
+            "batch-results-in-order",
+            "batch-refusal-is-the-calls-own",
+            "batch-compensates",
+        ],
+        &["repeat-act-replays", "compensate-undoes-once"],
+    );
+}
+
+#[tokio::test]
+async fn a_participant_without_batches_skips_only_the_batch_rules() {
+    let flaws = Flaws {
+        no_batches: true,
+        ..Flaws::default()
+    };
+    let served = memory::serve(flaws, Some(TOKEN)).await;
+    let report = check(settings(served.addr, Some(TOKEN))).await;
+    assert_eq!(report.failed(), 0, "{report}");
+    for outcome in &report.outcomes {
+        let skipped = matches!(outcome.verdict, participant_check::Verdict::Skip(_));
+        assert_eq!(
+            skipped,
+            outcome.rule.starts_with("batch-"),
+            "{}: {report}",
+            outcome.rule
+        );
+    }
 }

@@ -17,6 +17,10 @@ pub async fn history_lists_records(t: &Target) -> Check {
     let undo = t.compensate(&call).await;
     expect::compensated("the Compensate", &undo, CompensationEffect::Undone, false)?;
     let listed = expect::records(t, &call, &[(ACT, APPLIED), (COMPENSATE, UNDONE)]).await?;
+    let listed: Vec<_> = listed
+        .into_iter()
+        .filter(|o| t.barrier_kind(o).is_some())
+        .collect();
     let mut times = Vec::with_capacity(listed.len());
     for operation in &listed {
         let Some(at) = operation.recorded_at else {
@@ -25,7 +29,10 @@ pub async fn history_lists_records(t: &Target) -> Check {
                 expect::quoted(&operation.kind)
             ));
         };
-        times.push(((at.seconds, at.nanos), operation.kind.as_str()));
+        times.push((
+            (at.seconds, at.nanos),
+            t.barrier_kind(operation).unwrap_or_default(),
+        ));
     }
     if times.windows(2).any(|w| w[0].0 > w[1].0) {
         return Err(format!(

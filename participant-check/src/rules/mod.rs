@@ -5,6 +5,7 @@
 //! so rules never see each other's records and a participant's earlier
 //! data cannot make one pass.
 
+mod batch;
 mod concurrent;
 mod history;
 mod refusal;
@@ -24,6 +25,12 @@ pub enum Needs {
     RefusedOrder,
     /// The service token (`--token`).
     Token,
+    /// The batch calls (ActBatch, CompensateBatch).
+    Batches,
+    /// The batch calls and `--refused-order`.
+    BatchesAndRefusedOrder,
+    /// The batch calls and `--token`.
+    BatchesAndToken,
 }
 
 /// One rule: its name, what it needs, how it is checked.
@@ -91,6 +98,26 @@ pub fn all() -> Vec<Rule> {
         }),
         rule("token-required", Token, |t| {
             Box::pin(history::token_required(t))
+        }),
+        rule("batch-results-in-order", Batches, |t| {
+            Box::pin(batch::batch_results_in_order(t))
+        }),
+        rule("batch-duplicates-apply-once", Batches, |t| {
+            Box::pin(batch::batch_duplicates_apply_once(t))
+        }),
+        rule(
+            "batch-refusal-is-the-calls-own",
+            BatchesAndRefusedOrder,
+            |t| Box::pin(batch::batch_refusal_is_the_calls_own(t)),
+        ),
+        rule("batch-retried-replays", Batches, |t| {
+            Box::pin(batch::batch_retried_replays(t))
+        }),
+        rule("batch-compensates", Batches, |t| {
+            Box::pin(batch::batch_compensates(t))
+        }),
+        rule("batch-token-required", BatchesAndToken, |t| {
+            Box::pin(batch::batch_token_required(t))
         }),
     ]
 }
@@ -181,14 +208,21 @@ impl fmt::Display for Report {
     }
 }
 
-/// Why `rule` cannot run against `target`, if it cannot.
-fn skipped(rule: &Rule, target: &Target) -> Option<String> {
+/// Why `rule` cannot run against `target` (which has the batch calls as
+/// `batches` says), if it cannot.
+fn skipped(rule: &Rule, target: &Target, batches: bool) -> Option<String> {
     let settings = target.settings();
+    let (refused, token) = (settings.refused_order.is_none(), settings.token.is_none());
+    use Needs::*;
     match rule.needs {
-        Needs::RefusedOrder if settings.refused_order.is_none() => {
+        Batches | BatchesAndRefusedOrder | BatchesAndToken if !batches => Some(
+            "the participant has no batch calls (ActBatch answered UNIMPLEMENTED; they are optional)"
+                .into(),
+        ),
+        RefusedOrder | BatchesAndRefusedOrder if refused => {
             Some("needs --refused-order, an order the participant refuses".into())
         }
-        Needs::Token if settings.token.is_none() => {
+        Token | BatchesAndToken if token => {
             Some("no --token given (the participant's service token)".into())
         }
         _ => None,
@@ -199,8 +233,9 @@ fn skipped(rule: &Rule, target: &Target) -> Option<String> {
 /// verdict to `each` as it is known.
 pub async fn check(target: &Target, mut each: impl FnMut(&Outcome)) -> Report {
     let mut report = Report::default();
+    let batches = target.has_batches().await;
     for rule in all() {
-        let verdict = match skipped(&rule, target) {
+        let verdict = match skipped(&rule, target, batches) {
             Some(why) => Verdict::Skip(why),
             None => match (rule.run)(target).await {
                 Ok(()) => Verdict::Pass,

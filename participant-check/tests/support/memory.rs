@@ -361,13 +361,16 @@ impl SagaStepService for Memory {
     }
 }
 
+/// Each call of a batch by its request id, with what the call alone would answer.
+type BatchAnswers<R> = Vec<(String, Result<R, Status>)>;
+
 impl Memory {
     /// The calls of a batch, each as the call on its own would end.
     fn batch<R>(
         &self,
         request: &Request<pb::StepCallBatch>,
         one: impl Fn(&pb::StepCall, Flaws) -> Result<R, Status>,
-    ) -> Result<Vec<(String, Result<R, Status>)>, Status> {
+    ) -> Result<BatchAnswers<R>, Status> {
         self.admit(request)?;
         if self.flaws.no_batches {
             return Err(Status::unimplemented("no batch calls"));
