@@ -9,6 +9,8 @@ use loyalty_svc::rules::POINTS;
 use support::{check, loyalty, settings};
 
 const TOKEN: &str = "loyalty-token";
+/// Orders the rules leave applied (see the first test).
+const APPLIED_ORDERS: i64 = 5 + 8 + 1 + 2 + 4;
 
 #[tokio::test]
 async fn loyalty_on_the_embedded_store_passes_every_rule() {
@@ -18,14 +20,16 @@ async fn loyalty_on_the_embedded_store_passes_every_rule() {
     // What stayed applied is what the records say stayed applied: every
     // rule's Acts were undone except those of first-act-applies,
     // repeat-act-replays, changed-parameters-refused,
-    // concurrent-acts-one-effect and token-required — five orders of 25
-    // points.
+    // concurrent-acts-one-effect and token-required (five orders) and of
+    // the batch rules batch-results-in-order (8), batch-duplicates-apply-once
+    // (1), batch-refusal-is-the-calls-own (2) and batch-retried-replays (4):
+    // twenty orders of 25 points.
     let points = served
         .store
         .counter(POINTS, "participant-check".into())
         .await
         .expect("read points");
-    assert_eq!(points, Some(5 * 25));
+    assert_eq!(points, Some(APPLIED_ORDERS * 25));
     let blocked = served
         .store
         .counter(POINTS, support::BLOCKED.into())
@@ -60,5 +64,5 @@ async fn loyalty_on_mongodb_passes_every_rule() {
         .counter(POINTS, "participant-check".into())
         .await
         .expect("read points");
-    assert_eq!(points, Some(5 * 25));
+    assert_eq!(points, Some(APPLIED_ORDERS * 25));
 }
