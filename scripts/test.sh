@@ -219,7 +219,7 @@ done
 stage="chaos soak (embedded, 3 steps)"
 echo "== chaos soak (short) with a third, generic step: loyalty-svc faulted and SIGKILLed like the participants, its points audited; embedded $(at)"
 run_tool ./target/debug/chaos --sagas 300 --orchestrators 2 --orchestrator-kills 1 \
-    --contention-orders 40 --retention-pass --backend embedded --third-step loyalty
+    --contention-orders 40 --retention-pass --backend embedded --steps 3
 
 stage="loadgen smoke"
 echo "== load generator smoke: fails on errors, stuck sagas or mix mismatches, never on timings $(at)"

@@ -15,6 +15,33 @@ use std::sync::Arc;
 /// The step's name in the saga (loyalty-svc's `saga-steps.toml`).
 pub const STEP: &str = "loyalty";
 
+/// The loyalty steps of a saga of `steps` steps, as the load generator and
+/// the chaos soak run it: every step after payment and inventory is one
+/// served by loyalty-svc — [`STEP`], then `loyalty-2`, `loyalty-3` — each
+/// its own name, so its own request ids (`<saga_id>:<step>`) and records.
+pub fn steps_after_the_built_ins(steps: u8) -> Vec<String> {
+    (1..=steps.saturating_sub(2))
+        .map(|k| match k {
+            1 => STEP.to_owned(),
+            k => format!("{STEP}-{k}"),
+        })
+        .collect()
+}
+
+/// The steps file of such a saga: payment and inventory as
+/// [`orchestrator::steps_file::DEFAULT_STEPS`] has them, then each of
+/// [`steps_after_the_built_ins`] at loyalty-svc's `address` (a URL).
+pub fn steps_file_text(steps: u8, address: &str) -> String {
+    let mut text = orchestrator::steps_file::DEFAULT_STEPS.to_owned();
+    for name in steps_after_the_built_ins(steps) {
+        text.push_str(&format!(
+            "\n[[steps]]\nname = \"{name}\"\naddress = \"{address}\"\n\
+             action = \"award_points\"\ncompensation = \"revoke_points\"\n"
+        ));
+    }
+    text
+}
+
 /// A running loyalty-svc and its store, to read the points it keeps.
 pub struct Loyalty {
     /// The service.

@@ -13,14 +13,6 @@ pub enum Backend {
     Mongo,
 }
 
-/// A third saga step after payment and inventory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ThirdStep {
-    /// loyalty-svc (`examples/loyalty-svc`), the Rust participant of the
-    /// generic step contract: points per order, taken back on compensation.
-    Loyalty,
-}
-
 /// The command line.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
@@ -51,12 +43,16 @@ pub struct Args {
     pub participant_restarts: u32,
     #[arg(long, value_enum, default_value_t = Backend::Embedded)]
     pub backend: Backend,
-    /// A third step: the orchestrators run a steps file (payment, inventory,
-    /// loyalty), loyalty-svc is spawned on the run's backend, injected with
-    /// the same faults and SIGKILLed like the participants, and the audit
-    /// checks its points.
-    #[arg(long, value_enum)]
-    pub third_step: Option<ThirdStep>,
+    /// Steps of the saga: 2 (payment, inventory: the default) up to 5.
+    /// Every step after the second is one of loyalty-svc
+    /// (`examples/loyalty-svc`, the Rust participant of the generic step
+    /// contract: points per order, taken back on compensation) under a
+    /// name of its own (`loyalty`, `loyalty-2`, `loyalty-3`): the
+    /// orchestrators run a steps file, loyalty-svc is spawned on the run's
+    /// backend, injected with the same faults and SIGKILLed like the
+    /// participants, and the audit checks its points at every step.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=5))]
+    pub steps: u8,
     /// Seed of the orders and of the fault sequences (default: from the clock;
     /// printed).
     #[arg(long)]
@@ -114,4 +110,17 @@ pub struct Args {
     /// The whole run is abandoned (children killed) after this long.
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
+}
+
+impl Args {
+    /// Whether the saga has loyalty steps (more than two steps), so
+    /// loyalty-svc runs.
+    pub fn loyalty(&self) -> bool {
+        self.steps > 2
+    }
+
+    /// The names of the loyalty steps (none in a two-step saga).
+    pub fn loyalty_steps(&self) -> Vec<String> {
+        saga_tests::loyalty::steps_after_the_built_ins(self.steps)
+    }
 }

@@ -10,7 +10,7 @@
 //! instances' sagas finished (by takeover where the victim stayed down),
 //! and the contention races won by exactly as many orders as stock and
 //! money allow. With `--third-step loyalty`, loyalty-svc's store is checked
-//! too ([`crate::third_step`]).
+//! too ([`crate::loyalty_steps`]).
 //!
 //! Everything here reads the stores and the manifest only, so
 //! `--audit-only` runs the same checks on a kept run.
@@ -223,7 +223,12 @@ pub fn check(snap: &Snapshot, run: &Manifest) -> (Vec<Finding>, Figures) {
     findings.extend(audit.kill_findings(&figures));
     findings.extend(audit.contention_findings());
     if let Some(store) = &snap.loyalty {
-        findings.extend(crate::third_step::check(store, &run.orders, &audit.by_id));
+        findings.extend(crate::loyalty_steps::check(
+            store,
+            &run.orders,
+            &audit.by_id,
+            &run.loyalty_steps,
+        ));
     }
     (findings, figures)
 }

@@ -177,7 +177,7 @@ impl Checks {
                 == [
                     args.participant_restarts,
                     args.participant_restarts,
-                    if args.third_step.is_some() {
+                    if args.loyalty() {
                         args.participant_restarts
                     } else {
                         0
@@ -191,7 +191,7 @@ impl Checks {
                 "payment {}, inventory {}{}",
                 tally.participant_restarts[0],
                 tally.participant_restarts[1],
-                if args.third_step.is_some() {
+                if args.loyalty() {
                     format!(", loyalty {}", tally.participant_restarts[2])
                 } else {
                     String::new()

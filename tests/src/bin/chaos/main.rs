@@ -46,8 +46,9 @@
 //! - [`report`]: the figures; [`checks`]: the PASS/FAIL lines.
 //! - [`retention`]: with `--retention-pass`, the stores served again with
 //!   retention in seconds: what finished expires, nothing live is touched.
-//! - [`third_step`]: with `--third-step loyalty`, loyalty-svc (a generic
-//!   step) as the saga's third step, and its store's invariants.
+//! - [`loyalty_steps`]: with `--steps 3` to 5, loyalty-svc (a generic
+//!   step) as every step after payment and inventory, and its store's
+//!   invariants.
 
 mod args;
 mod audit;
@@ -56,6 +57,7 @@ mod cluster;
 mod contention;
 mod drive;
 mod faults;
+mod loyalty_steps;
 mod manifest;
 mod report;
 mod retention;
@@ -65,7 +67,6 @@ mod services;
 mod snapshot;
 mod soak;
 mod storage;
-mod third_step;
 
 use args::Args;
 use checks::Checks;
@@ -161,7 +162,7 @@ fn find_binaries(args: &Args) -> Result<PathBuf, String> {
         })
         .ok_or("chaos: cannot find the directory of this executable; pass --bin-dir")?;
     let mut roles = vec![Role::Orchestrator, Role::Payment, Role::Inventory];
-    if args.third_step.is_some() {
+    if args.loyalty() {
         roles.push(Role::Loyalty);
     }
     let missing: Vec<String> = roles

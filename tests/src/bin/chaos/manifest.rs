@@ -42,6 +42,9 @@ pub struct Manifest {
     pub kills: Vec<OrchestratorKill>,
     /// The orchestrators' counters, summed over instances and lives.
     pub counters: OrchestratorCounters,
+    /// The saga's steps after payment and inventory, all served by
+    /// loyalty-svc (none in a two-step saga).
+    pub loyalty_steps: Vec<String>,
 }
 
 impl Manifest {

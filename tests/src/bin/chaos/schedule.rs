@@ -35,7 +35,7 @@ pub fn schedule(args: &Args, rng: &mut StdRng) -> Vec<Kill> {
         if i < args.participant_restarts {
             targets.push(Target::Payment);
             targets.push(Target::Inventory);
-            if args.third_step.is_some() {
+            if args.loyalty() {
                 targets.push(Target::Loyalty);
             }
         }

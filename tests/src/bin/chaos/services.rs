@@ -139,12 +139,9 @@ impl Services {
         let (base_env, fault_env) = process_env(args);
         let addr = || free_addr().map_err(|e| format!("no free port: {e}"));
         let (pay_addr, inv_addr) = (addr()?, addr()?);
-        let loyalty_addr = match args.third_step {
-            Some(_) => Some(addr()?),
-            None => None,
-        };
+        let loyalty_addr = if args.loyalty() { Some(addr()?) } else { None };
         let steps_file = match loyalty_addr {
-            Some(a) => Some(write_steps_file(work, a)?),
+            Some(a) => Some(write_steps_file(work, a, args.steps)?),
             None => None,
         };
         let timing = Timing::of(storage);
@@ -462,17 +459,16 @@ impl Services {
     }
 }
 
-/// The saga the orchestrators run with `--third-step loyalty`: payment,
-/// inventory, then loyalty-svc at `loyalty`; written into `work`, returns
-/// its path.
-fn write_steps_file(work: &Path, loyalty: SocketAddr) -> Result<std::path::PathBuf, String> {
+/// The saga of `steps` steps the orchestrators run when it has loyalty
+/// steps: payment, inventory, then each loyalty step at loyalty-svc's
+/// `loyalty`; written into `work`, returns its path.
+fn write_steps_file(
+    work: &Path,
+    loyalty: SocketAddr,
+    steps: u8,
+) -> Result<std::path::PathBuf, String> {
     let path = work.join("saga-steps.toml");
-    let text = format!(
-        "{}\n[[steps]]\nname = \"{}\"\naddress = \"http://{loyalty}\"\n\
-         action = \"award_points\"\ncompensation = \"revoke_points\"\n",
-        orchestrator::steps_file::DEFAULT_STEPS,
-        crate::third_step::STEP
-    );
+    let text = saga_tests::loyalty::steps_file_text(steps, &format!("http://{loyalty}"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }

@@ -80,7 +80,7 @@ pub async fn run(
     std::fs::create_dir_all(work.join("logs")).map_err(|e| format!("{}: {e}", work.display()))?;
     let run_tag = format!("{seed}_{}", std::process::id());
     introduce(args, seed, bin_dir, work);
-    let storage = Storage::open(args.backend, work, &run_tag, args.third_step.is_some()).await?;
+    let storage = Storage::open(args.backend, work, &run_tag, args.loyalty()).await?;
     let mut svc = Services::new(args, bin_dir, work, &storage, seed)?;
     svc.start().await?;
     let plan = Plan::new(args.contention_orders);
@@ -113,6 +113,7 @@ pub async fn run(
         contention: contention_manifest(plan, phase.as_ref()),
         kills: tally.orchestrator_kill_log.clone(),
         counters: tally.counters,
+        loyalty_steps: args.loyalty_steps(),
     };
     run.write(work)?;
     let (findings, figures) = audit::check(&snapshot, &run);
@@ -233,9 +234,11 @@ fn introduce(args: &Args, seed: u64, bin_dir: &Path, work: &Path) {
             args.orchestrators
         );
     }
-    if args.third_step.is_some() {
+    if args.loyalty() {
         println!(
-            "chaos: third step loyalty-svc (participant.v1.SagaStepService): the orchestrators run payment, inventory, loyalty from a steps file"
+            "chaos: {} steps — payment, inventory, then {} at loyalty-svc (participant.v1.SagaStepService), from a steps file",
+            args.steps,
+            args.loyalty_steps().join(", ")
         );
     }
     println!(

@@ -51,15 +51,19 @@ pub struct Args {
     /// inventory-svc of the running stack (seeding, floor, audit).
     #[arg(long, requires = "orchestrator")]
     pub inventory: Option<String>,
-    /// loyalty-svc of the running stack (`--steps 3`: its ListOperations
-    /// for the audit), the third step of the orchestrator's steps file.
+    /// loyalty-svc of the running stack (`--steps 3` or more: its
+    /// ListOperations for the audit), serving every step after the second
+    /// in the orchestrator's steps file (see [`crate::stack::loyalty_steps`]).
     #[arg(long, requires = "orchestrator")]
     pub loyalty: Option<String>,
-    /// Steps of the saga: 2 (payment, inventory: the default) or 3 (then
-    /// loyalty-svc's points, a generic `participant.v1.SagaStepService`
-    /// step; a spawned stack starts loyalty-svc beside the participants,
-    /// on the same backend, and the orchestrator with a steps file).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    /// Steps of the saga: 2 (payment, inventory: the default) up to 5;
+    /// each step after the second awards loyalty-svc's points, a generic
+    /// `participant.v1.SagaStepService` step under a name of its own
+    /// (`loyalty`, `loyalty-2`, `loyalty-3`: its own request ids and
+    /// records). A spawned stack starts one loyalty-svc beside the
+    /// participants, on the same backend, serving them all, and the
+    /// orchestrator with a steps file.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=5))]
     pub steps: u8,
     /// Start orchestrator, payment-svc and inventory-svc (the binaries next
     /// to this one) on free 127.0.0.1 ports with fresh data. The default.

@@ -1,13 +1,13 @@
-//! The third step's audit (`--steps 3`): loyalty-svc must have awarded
-//! every COMPLETED saga of the run its points exactly once and left every
-//! CANCELLED one without any. It reads through loyalty-svc's own API —
-//! `OperationHistoryService.ListOperations` under each saga's loyalty
-//! request id (`<saga_id>:loyalty`) — because the points counter itself is
+//! The loyalty steps' audit (`--steps 3` and more): at each of its steps
+//! loyalty-svc must have awarded every COMPLETED saga of the run its points
+//! exactly once and left every CANCELLED one without any. It reads through
+//! loyalty-svc's own API — `OperationHistoryService.ListOperations` under
+//! each saga's request id at that step (`<saga_id>:loyalty`,
+//! `<saga_id>:loyalty-2`, ...) — because the points counter itself is
 //! not served, and because the per-step records say more than a total: a
 //! second applied act, a wrong amount or an act left standing on a
 //! cancelled saga is named by its saga.
 
-use crate::stack::LOYALTY_STEP;
 use crate::workload::{Clients, status_text};
 use futures::StreamExt;
 use saga_proto::participant::v1 as participant;
@@ -58,17 +58,18 @@ impl Records {
     }
 }
 
-/// Checks loyalty-svc at `url` against the sagas of `run` the orchestrator
-/// lists as COMPLETED or CANCELLED: each COMPLETED one holds exactly one
-/// applied act of `points` points and no compensation, each CANCELLED one
-/// nets to no act; and the COMPLETED sagas listed are the `completed` the
-/// run counted.
+/// Checks loyalty-svc at `url`, at each of `steps`, against the sagas of
+/// `run` the orchestrator lists as COMPLETED or CANCELLED: each COMPLETED
+/// one holds exactly one applied act of `points` points and no
+/// compensation, each CANCELLED one nets to no act; and the COMPLETED
+/// sagas listed are the `completed` the run counted.
 pub async fn audit(
     clients: &Clients,
     url: &str,
     run: &str,
     points: i64,
     completed: u64,
+    steps: &[String],
 ) -> Result<LoyaltyAudit, String> {
     let statuses = [saga::SagaStatus::Completed, saga::SagaStatus::Cancelled];
     let listed = saga_tests::saga_list::sagas_in(&mut clients.sagas.clone(), &statuses, MAX_PAGES)
@@ -79,16 +80,33 @@ pub async fn audit(
         .filter(|s| s.request_id.starts_with(run))
         .collect();
     let history = history_client(url).await?;
-    let records: Vec<Result<Records, String>> = futures::stream::iter(&ours)
-        .map(|s| read(history.clone(), clients, &s.saga_id))
-        .buffered(READ_CONCURRENCY)
-        .collect()
-        .await;
-    let mut verdict = Verdict::default();
-    for (s, r) in ours.iter().zip(records) {
-        verdict.judge(s, &r?, points);
+    let mut audits = Vec::with_capacity(steps.len());
+    for step in steps {
+        let records: Vec<Result<Records, String>> = futures::stream::iter(&ours)
+            .map(|s| read(history.clone(), clients, &s.saga_id, step))
+            .buffered(READ_CONCURRENCY)
+            .collect()
+            .await;
+        let mut verdict = Verdict::default();
+        for (s, r) in ours.iter().zip(records) {
+            verdict.judge(s, &r?, points);
+        }
+        audits.push((step, verdict.finish(points, completed)));
     }
-    Ok(verdict.finish(points, completed))
+    Ok(match audits.as_slice() {
+        [(_, only)] => LoyaltyAudit {
+            ok: only.ok,
+            detail: only.detail.clone(),
+        },
+        all => LoyaltyAudit {
+            ok: all.iter().all(|(_, a)| a.ok),
+            detail: all
+                .iter()
+                .map(|(step, a)| format!("step {step}: {}", a.detail))
+                .collect::<Vec<_>>()
+                .join("; "),
+        },
+    })
 }
 
 /// A client of loyalty-svc's OperationHistoryService at `url`.
@@ -104,14 +122,16 @@ async fn history_client(url: &str) -> Result<OperationHistoryServiceClient<Chann
     Ok(OperationHistoryServiceClient::new(channel))
 }
 
-/// The loyalty records of saga `saga_id` (with the admin token, if any).
+/// The records of saga `saga_id` at loyalty step `step` (with the admin
+/// token, if any).
 async fn read(
     mut history: OperationHistoryServiceClient<Channel>,
     clients: &Clients,
     saga_id: &str,
+    step: &str,
 ) -> Result<Records, String> {
     let mut req = tonic::Request::new(participant::ListOperationsRequest {
-        request_id: format!("{saga_id}:{LOYALTY_STEP}"),
+        request_id: format!("{saga_id}:{step}"),
     });
     if let Some(token) = &clients.admin {
         req.metadata_mut().insert("authorization", token.clone());

@@ -20,6 +20,7 @@
 //! ./target/release/loadgen --concurrency 64 --duration 10
 //! ./target/release/loadgen --single                      # sequential single-saga latency
 //! ./target/release/loadgen --steps 3                     # a third, generic step: loyalty-svc
+//! ./target/release/loadgen --steps 5                     # three generic steps
 //! ./target/release/loadgen --backend mongo --smoke
 //! ./target/release/loadgen --durability power-loss --duration 5
 //! ./target/release/loadgen --concurrency 1,4,16,64,256 --plot docs/sweep.svg  # sweep
@@ -33,13 +34,14 @@
 //! Module map:
 //! - [`args`]: the flags; [`plan`]: the run with every default resolved.
 //! - [`stack`]: the spawned stack (the three services, loyalty-svc with
-//!   `--steps 3`, and the MongoDB test server when `--backend mongo` has no
+//!   `--steps` above 2, and the MongoDB test server when `--backend mongo` has no
 //!   `MONGODB_URI`).
 //! - [`catalog`]: the names and amounts a run uses and its outcome mix.
 //! - [`workload`]: clients, seeding, and the phases' workers; [`tally`]:
 //!   what one phase counted.
 //! - [`check`]: the store check and the money/stock audit afterwards;
-//!   [`loyalty`]: with `--steps 3`, loyalty-svc's points per saga.
+//!   [`loyalty`]: with `--steps` above 2, loyalty-svc's points per saga
+//!   and step.
 //! - [`procs`]: memory and CPU of the watched processes.
 //! - [`run`]: the stages in order; [`report`]: the verdict, the report and
 //!   the JSON line (CPU µs per saga per process; store bytes per saga per

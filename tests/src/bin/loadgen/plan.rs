@@ -99,9 +99,9 @@ pub struct Plan {
     pub addrs: Option<Urls>,
     /// A running stack's processes to report on.
     pub pids: Vec<Watched>,
-    /// Steps of the saga (`--steps`): 2, or 3 with loyalty-svc.
+    /// Steps of the saga (`--steps`): 2, or up to 5 with loyalty-svc.
     pub steps: u8,
-    /// A running stack's loyalty-svc (`--loyalty`, with `--steps 3`).
+    /// A running stack's loyalty-svc (`--loyalty`, with `--steps` > 2).
     pub loyalty: Option<String>,
     pub concurrency: usize,
     pub connections: usize,
@@ -169,11 +169,13 @@ pub fn plan(args: Args) -> Result<Plan, String> {
     let plot = args.plot.clone();
     let purge_interval = purge_interval(&args, &defaults, sweep.is_empty())?;
     let (steps, loyalty) = (args.steps, args.loyalty.clone());
-    if steps == 3 && args.orchestrator.is_some() && loyalty.is_none() {
-        return Err("--steps 3 against a running stack needs --loyalty (its loyalty-svc)".into());
+    if steps > 2 && args.orchestrator.is_some() && loyalty.is_none() {
+        return Err(format!(
+            "--steps {steps} against a running stack needs --loyalty (its loyalty-svc)"
+        ));
     }
     if steps == 2 && loyalty.is_some() {
-        return Err("--loyalty is for --steps 3".into());
+        return Err("--loyalty is for --steps 3 or more".into());
     }
     let (spawn, addrs) = target(args, &pids, &run, purge_interval)?;
     let store_size = spawn.as_ref().and_then(|s| s.purge_interval);
@@ -374,7 +376,7 @@ fn target(
         run: run.to_owned(),
         admin_token: args.admin_token,
         purge_interval,
-        loyalty: args.steps == 3,
+        steps: args.steps,
     };
     Ok((Some(spawn), None))
 }

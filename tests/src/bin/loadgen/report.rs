@@ -110,9 +110,11 @@ fn header(plan: &Plan, out: &Outcome) {
         plan.mix.compensate * 100.0,
         plan.run
     );
-    if plan.steps == 3 {
+    if plan.steps > 2 {
         println!(
-            "steps: 3 — payment, inventory, then loyalty-svc (participant.v1.SagaStepService, {} point(s) per order)",
+            "steps: {} — payment, inventory, then {} at loyalty-svc (participant.v1.SagaStepService, {} point(s) per order and step)",
+            plan.steps,
+            stack::loyalty_steps(plan.steps).join(", "),
             loyalty_svc::rules::points(plan.items as i64 * 100)
         );
     }
@@ -312,7 +314,7 @@ fn store_per_saga(out: &Outcome, service: &str, sagas: u64) -> Option<f64> {
 /// The services whose stores a run measures: loyalty-svc's too with
 /// `--steps 3`.
 fn measured_services(plan: &Plan) -> Vec<&'static str> {
-    stack::services(plan.steps == 3)
+    stack::services(plan.steps > 2)
 }
 
 /// Each service's `store_size_bytes` before and after the measured saga

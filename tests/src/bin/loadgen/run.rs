@@ -144,7 +144,7 @@ struct Endpoints {
 struct Targets<'a> {
     /// orchestrator, payment-svc, inventory-svc.
     urls: &'a Urls,
-    /// loyalty-svc (`--steps 3`), for its audit.
+    /// loyalty-svc (`--steps` > 2), for its audit.
     loyalty: Option<&'a str>,
 }
 
@@ -155,7 +155,11 @@ async fn start_stack(plan: &Plan, out: &mut Outcome) -> Result<Option<Stack>, St
     };
     eprintln!(
         "loadgen: starting orchestrator, payment-svc, inventory-svc{} from {} ({}, durability {})",
-        if config.loyalty { ", loyalty-svc" } else { "" },
+        if config.loyalty() {
+            ", loyalty-svc"
+        } else {
+            ""
+        },
         config.bin_dir.display(),
         if config.mongo { "mongo" } else { "embedded" },
         config.durability
@@ -235,7 +239,7 @@ async fn measure(
         sweep::run(plan, out, &ctx).await?;
         out.stage = "the store check";
         out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
-        return audit(out, &clients, &cat, targets.loyalty).await;
+        return audit(out, &clients, &cat, targets.loyalty, plan.steps).await;
     }
     let saga_ok = saga_phase(plan, out, &clients, &cat, watched, endpoints).await;
     out.stage = "the store check";
@@ -243,7 +247,7 @@ async fn measure(
     if plan.floor && saga_ok > 0 {
         floor_phase(plan, out, &clients, &cat, watched).await;
     }
-    audit(out, &clients, &cat, targets.loyalty).await
+    audit(out, &clients, &cat, targets.loyalty, plan.steps).await
 }
 
 async fn seed(
@@ -357,6 +361,7 @@ async fn audit(
     clients: &Clients,
     cat: &Catalog,
     loyalty: Option<&str>,
+    steps: u8,
 ) -> Result<(), String> {
     let tallies = [&out.warmup, &out.saga, &out.floor_warmup, &out.floor];
     let levels = out.sweep.iter().flat_map(|p| p.tallies());
@@ -387,7 +392,9 @@ async fn audit(
     if let Some(url) = loyalty {
         out.stage = "the loyalty audit";
         let points = loyalty_svc::rules::points(cat.order_total());
-        out.loyalty_audit = Some(loyalty::audit(clients, url, &cat.run, points, completed).await?);
+        let steps = crate::stack::loyalty_steps(steps);
+        out.loyalty_audit =
+            Some(loyalty::audit(clients, url, &cat.run, points, completed, &steps).await?);
     }
     Ok(())
 }

@@ -2,10 +2,11 @@
 //! binaries (found next to the loadgen executable) as child processes on free
 //! 127.0.0.1 ports, with their data in a fresh temp dir or in fresh MongoDB
 //! databases (on `MONGODB_URI`, else on a MongoDB test server it starts).
-//! With `--steps 3` also `loyalty-svc`, on the same backend, and the
-//! orchestrator runs the steps file written beside the data (payment,
-//! inventory, loyalty), so the third step costs what a configured generic
-//! step costs in production.
+//! With `--steps 3` (up to 5) also `loyalty-svc`, on the same backend,
+//! and the orchestrator runs the steps file written beside the data
+//! (payment, inventory, then one loyalty step per extra step, all served
+//! by that loyalty-svc), so each extra step costs the orchestrator what a
+//! configured generic step costs in production.
 //! Dropping the [`Stack`] stops every child, the services first.
 
 use crate::plan::Urls;
@@ -28,9 +29,8 @@ pub const BINARIES: [&str; 3] = ["orchestrator", "payment-svc", "inventory-svc"]
 /// The third step's service (`--steps 3`), reported after [`BINARIES`].
 pub const LOYALTY: &str = "loyalty-svc";
 
-/// The step name loyalty-svc serves in the steps file (part of each
-/// request id it is sent: `<saga_id>:loyalty`).
-pub const LOYALTY_STEP: &str = "loyalty";
+/// The names of the steps loyalty-svc serves in a saga of `steps` steps.
+pub use saga_tests::loyalty::steps_after_the_built_ins as loyalty_steps;
 
 /// The services of a stack with (`loyalty`) or without loyalty-svc, in
 /// report order.
@@ -66,8 +66,16 @@ pub struct SpawnConfig {
     /// (PURGE_INTERVAL), the period of their `store_size_bytes` gauge, and
     /// metrics are served on every backend.
     pub purge_interval: Option<Duration>,
-    /// `--steps 3`: loyalty-svc too, and the orchestrator on a steps file.
-    pub loyalty: bool,
+    /// `--steps`: above 2, loyalty-svc too, and the orchestrator on a
+    /// steps file.
+    pub steps: u8,
+}
+
+impl SpawnConfig {
+    /// Whether the stack runs loyalty-svc (a saga of more than two steps).
+    pub fn loyalty(&self) -> bool {
+        self.steps > 2
+    }
 }
 
 /// One service process.
@@ -186,7 +194,7 @@ impl Stack {
     /// Starts the stack and waits until every service answers its gRPC
     /// health check (at most `ready_within`).
     pub async fn start(config: &SpawnConfig, ready_within: Duration) -> Result<Stack, String> {
-        check_binaries(&config.bin_dir, config.loyalty)?;
+        check_binaries(&config.bin_dir, config.loyalty())?;
         let mut builder = tempfile::Builder::new();
         builder.prefix("loadgen-");
         let dir = match &config.tmp_parent {
@@ -197,13 +205,13 @@ impl Stack {
         let dir_path = dir.path().to_path_buf();
         // gRPC ports of orchestrator, payment-svc, inventory-svc, then their
         // metrics ports; then loyalty-svc's gRPC and metrics ports.
-        let ports = free_ports(if config.loyalty { 8 } else { 6 })?;
+        let ports = free_ports(if config.loyalty() { 8 } else { 6 })?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let mut stack = Stack {
             orchestrator: url(ports[0]),
             payment: url(ports[1]),
             inventory: url(ports[2]),
-            loyalty: config.loyalty.then(|| url(ports[6])),
+            loyalty: config.loyalty().then(|| url(ports[6])),
             procs: Vec::new(),
             mongo: None,
             store_label: "embedded (SQLite)".to_owned(),
@@ -227,7 +235,7 @@ impl Stack {
             "inventory-svc",
             service("inventory-svc", ports[2], ports[5])?,
         )?;
-        if config.loyalty {
+        if config.loyalty() {
             stack.spawn(LOYALTY, service(LOYALTY, ports[6], ports[7])?)?;
         }
         stack.wait_ready("payment-svc", deadline).await?;
@@ -239,14 +247,14 @@ impl Stack {
         ));
         if let Some(loyalty) = stack.loyalty.clone() {
             stack.wait_ready(LOYALTY, deadline).await?;
-            let steps = stack.write_steps_file(&loyalty)?;
+            let steps = stack.write_steps_file(&loyalty, config.steps)?;
             orchestrator.arg("--steps-file").arg(steps);
         }
         stack.spawn("orchestrator", orchestrator)?;
         stack.wait_ready("orchestrator", deadline).await?;
         if serves_metrics(config) {
             let mut metrics: Vec<u16> = ports[3..6].to_vec();
-            if config.loyalty {
+            if config.loyalty() {
                 metrics.push(ports[7]);
             }
             stack.metrics = metrics
@@ -262,15 +270,12 @@ impl Stack {
         Ok(stack)
     }
 
-    /// Writes the 3-step saga (payment, inventory, then loyalty-svc at
-    /// `loyalty`) as a steps file in the data dir; returns its path.
-    fn write_steps_file(&self, loyalty: &str) -> Result<PathBuf, String> {
+    /// Writes the saga of `steps` steps (payment, inventory, then the
+    /// [`loyalty_steps`] at `loyalty`) as a steps file in the data dir;
+    /// returns its path.
+    fn write_steps_file(&self, loyalty: &str, steps: u8) -> Result<PathBuf, String> {
         let path = self.dir_path.join("saga-steps.toml");
-        let text = format!(
-            "{}\n[[steps]]\nname = \"{LOYALTY_STEP}\"\naddress = \"{loyalty}\"\n\
-             action = \"award_points\"\ncompensation = \"revoke_points\"\n",
-            orchestrator::steps_file::DEFAULT_STEPS
-        );
+        let text = saga_tests::loyalty::steps_file_text(steps, loyalty);
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
         Ok(path)
     }

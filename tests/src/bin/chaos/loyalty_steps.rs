@@ -1,20 +1,25 @@
-//! The third step's invariants (`--third-step loyalty`), checked on the
-//! stopped loyalty-svc store beside the sagas, as [`crate::audit`] checks
+//! The loyalty steps' invariants (`--steps 3` to 5: every step after
+//! payment and inventory is one of loyalty-svc's, each under a name of its
+//! own — `loyalty`, `loyalty-2`, `loyalty-3`), checked on the stopped
+//! loyalty-svc store beside the sagas, as [`crate::audit`] checks
 //! payment and inventory: loyalty-svc is a participant of the generic
 //! contract, so what must hold is what the protocol promises any such
 //! participant — one effective act per request id whatever the retries,
 //! lost replies and SIGKILLs, and a compensation that takes it back once.
 //!
-//! - every COMPLETED saga holds exactly one applied act of its order's
-//!   points (`total_cents / 100`) and no compensation that undid it;
-//! - every CANCELLED saga that reached loyalty nets to no act (an applied
-//!   act was compensated after it), and its compensations ran in reverse
-//!   order: loyalty, then inventory, then payment (the order of the steps'
-//!   `compensated` entries in its history);
+//! - every COMPLETED saga holds, at each loyalty step, exactly one applied
+//!   act of its order's points (`total_cents / 100`) and no compensation
+//!   that undid it;
+//! - every CANCELLED saga nets to no act at each loyalty step it reached
+//!   (an applied act was compensated after it), and its compensations ran
+//!   in reverse order: the last loyalty step first, then inventory, then
+//!   payment (the order of the steps' `compensated` entries in its
+//!   history);
 //! - at most one applied act and one undoing compensation per request id
 //!   over every stored row, and no (request id, kind) stored twice;
-//! - every loyalty record belongs to a saga of the run;
-//! - each customer's points are exactly what its COMPLETED orders earned.
+//! - every loyalty record belongs to a saga of the run and a loyalty step;
+//! - each customer's points are exactly what its COMPLETED orders earned
+//!   at every loyalty step.
 
 use crate::audit::{Finding, history};
 use crate::drive::Accepted;
@@ -22,20 +27,26 @@ use crate::snapshot::{LoyaltyStore, Op};
 use orchestrator::saga::{Saga, SagaStatus, StepStatus, TransitionState};
 use std::collections::{BTreeMap, HashMap};
 
-/// The step's name in the steps file (so its request ids are
-/// `<saga_id>:loyalty`).
-pub const STEP: &str = "loyalty";
-
-/// The order compensations must run in: the reverse of the steps.
-const COMPENSATION_ORDER: [&str; 3] = [STEP, "inventory", "payment"];
+/// The order compensations must run in: the reverse of the saga's steps
+/// (payment, inventory, then `loyalty`).
+fn compensation_order_of(loyalty: &[String]) -> Vec<&str> {
+    let mut order: Vec<&str> = ["payment", "inventory"]
+        .into_iter()
+        .chain(loyalty.iter().map(String::as_str))
+        .collect();
+    order.reverse();
+    order
+}
 
 /// The findings on loyalty-svc's store `store` for the run's `orders`, the
-/// sagas by id in `by_id`.
+/// sagas by id in `by_id`, loyalty-svc serving the steps `loyalty`.
 pub fn check(
     store: &LoyaltyStore,
     orders: &BTreeMap<usize, Accepted>,
     by_id: &HashMap<&str, &Saga>,
+    loyalty: &[String],
 ) -> Vec<Finding> {
+    let expected_order = compensation_order_of(loyalty);
     let rows = by_request(&store.ops);
     let mut completed = Vec::new();
     let mut cancelled = Vec::new();
@@ -43,11 +54,14 @@ pub fn check(
     // CANCELLED sagas that reached loyalty, and those whose act was applied
     // there (then compensated).
     let (mut reached, mut undone) = (0, 0);
-    for a in orders.values() {
+    for (a, step) in orders
+        .values()
+        .flat_map(|a| loyalty.iter().map(move |step| (a, step)))
+    {
         let Some(s) = by_id.get(a.saga_id.as_str()) else {
             continue;
         };
-        let rid = format!("{}:{STEP}", a.saga_id);
+        let rid = format!("{}:{step}", a.saga_id);
         let ops = rows.get(rid.as_str()).map(Vec::as_slice).unwrap_or(&[]);
         let points = loyalty_svc::rules::points(a.spec.total_cents);
         let problem = match s.status {
@@ -56,17 +70,17 @@ pub fn check(
                 completed_problem(ops, points)
             }
             SagaStatus::Cancelled => {
-                if reached_loyalty(s, ops) {
+                if reached_loyalty(s, step, ops) {
                     reached += 1;
                     undone += usize::from(count(ops, "act", "applied") > 0);
                 }
-                cancelled_problem(s, ops)
+                cancelled_problem(s, step, ops, &expected_order)
             }
             _ => None,
         };
         if let Some(p) = problem {
             let line = format!(
-                "saga {} ({}): {p}; loyalty rows [{}]\n{}",
+                "saga {} ({}) at {step}: {p}; its rows [{}]\n{}",
                 a.saga_id,
                 a.spec.request_id,
                 describe(ops),
@@ -85,7 +99,8 @@ pub fn check(
         ),
         Finding::new(
             format!(
-                "loyalty: every CANCELLED order that reached loyalty ({reached}, {undone} with an applied act) nets to no points, compensations in reverse order (loyalty, inventory, payment)"
+                "loyalty: every CANCELLED order nets to no points at each loyalty step it reached ({reached} (order, step) pairs, {undone} with an applied act), compensations in reverse order ({})",
+                expected_order.join(", ")
             ),
             cancelled,
         ),
@@ -97,11 +112,11 @@ pub fn check(
             repeated(&rows),
         ),
         Finding::new(
-            "loyalty: every record belongs to a saga of this run",
-            orphans(&rows, by_id),
+            "loyalty: every record belongs to a saga of this run and a loyalty step",
+            orphans(&rows, by_id, loyalty),
         ),
         Finding::new(
-            "loyalty: each customer's points = Σ points of its COMPLETED orders",
+            "loyalty: each customer's points = Σ points of its COMPLETED orders at every loyalty step",
             points_problems(&store.points, &earned),
         ),
     ]
@@ -150,17 +165,19 @@ fn completed_problem(ops: &[Op], points: i64) -> Option<String> {
     }
 }
 
-/// Whether saga `s` (its loyalty rows `ops`) reached the loyalty step.
-fn reached_loyalty(s: &Saga, ops: &[Op]) -> bool {
+/// Whether saga `s` (its rows `ops` at loyalty step `step`) reached that
+/// step.
+fn reached_loyalty(s: &Saga, step: &str, ops: &[Op]) -> bool {
     !ops.is_empty()
         || s.steps.iter().any(|st| {
-            st.name == STEP && !matches!(st.status, StepStatus::Pending | StepStatus::Skipped)
+            st.name == step && !matches!(st.status, StepStatus::Pending | StepStatus::Skipped)
         })
 }
 
-/// What is wrong with a CANCELLED saga `s` whose loyalty rows are `ops`.
-fn cancelled_problem(s: &Saga, ops: &[Op]) -> Option<String> {
-    if !reached_loyalty(s, ops) {
+/// What is wrong with a CANCELLED saga `s` whose rows at loyalty step
+/// `step` are `ops`, its compensations due in `expected_order`.
+fn cancelled_problem(s: &Saga, step: &str, ops: &[Op], expected_order: &[&str]) -> Option<String> {
+    if !reached_loyalty(s, step, ops) {
         return None;
     }
     let applied = count(ops, "act", "applied");
@@ -171,7 +188,7 @@ fn cancelled_problem(s: &Saga, ops: &[Op]) -> Option<String> {
         ));
     }
     let order = compensation_order(s);
-    let mut expected: Vec<&str> = COMPENSATION_ORDER.to_vec();
+    let mut expected: Vec<&str> = expected_order.to_vec();
     expected.retain(|name| order.contains(name));
     (order != expected).then(|| format!("compensated in the order {order:?}"))
 }
@@ -214,12 +231,17 @@ fn repeated(rows: &BTreeMap<&str, Vec<Op>>) -> Vec<String> {
     problems
 }
 
-/// Records whose request id is not `<saga of this run>:loyalty`.
-fn orphans(rows: &BTreeMap<&str, Vec<Op>>, by_id: &HashMap<&str, &Saga>) -> Vec<String> {
+/// Records whose request id is not `<saga of this run>:<loyalty step>`.
+fn orphans(
+    rows: &BTreeMap<&str, Vec<Op>>,
+    by_id: &HashMap<&str, &Saga>,
+    loyalty: &[String],
+) -> Vec<String> {
     rows.iter()
         .filter(|(rid, _)| {
-            !rid.strip_suffix(&format!(":{STEP}"))
-                .is_some_and(|saga_id| by_id.contains_key(saga_id))
+            !rid.rsplit_once(':').is_some_and(|(saga_id, step)| {
+                by_id.contains_key(saga_id) && loyalty.iter().any(|s| s == step)
+            })
         })
         .map(|(rid, ops)| format!("{rid}: [{}]", describe(ops)))
         .collect()
@@ -262,7 +284,7 @@ mod tests {
 
     fn op(kind: &str, status: &str, amount: i64) -> Op {
         Op {
-            request_id: format!("s-1:{STEP}"),
+            request_id: "s-1:loyalty".to_owned(),
             kind: kind.to_owned(),
             subject: "c-1".to_owned(),
             amount,
@@ -315,6 +337,18 @@ mod tests {
     fn records_outside_the_runs_sagas_are_orphans() {
         let once = [op("act", "applied", 7)];
         let rows = by_request(&once);
-        assert_eq!(orphans(&rows, &HashMap::new()).len(), 1);
+        assert_eq!(
+            orphans(&rows, &HashMap::new(), &["loyalty".into()]).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn compensations_run_from_the_last_loyalty_step_back_to_payment() {
+        let steps = saga_tests::loyalty::steps_after_the_built_ins(5);
+        assert_eq!(
+            compensation_order_of(&steps),
+            ["loyalty-3", "loyalty-2", "loyalty", "inventory", "payment"]
+        );
     }
 }
