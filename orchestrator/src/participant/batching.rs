@@ -60,7 +60,9 @@
 //!
 //! Counted: `saga_participant_batches_total{step}` batch RPCs sent and
 //! `saga_participant_batched_calls_total{step}` calls they carried (their
-//! ratio is the mean batch size; calls sent on their own are not counted).
+//! ratio is the mean batch size; calls sent on their own are not counted),
+//! and `saga_participant_batches_halved_total{step}` batches that missed
+//! their deadline (each halving the calls of later batches).
 
 use super::reply::{is_refusal, over_size_limit};
 use std::future::Future;
@@ -484,6 +486,8 @@ async fn send_batch<T: Transport>(shared: &Shared<T>, batch: Vec<Queued<T>>) {
         }
         Err(status) => {
             if status.code() == Code::DeadlineExceeded {
+                metrics::counter!("saga_participant_batches_halved_total", "step" => shared.step)
+                    .increment(1);
                 let mut state = shared.state();
                 state.shrink(Shrink::Calls(count));
                 tracing::info!(
