@@ -119,7 +119,7 @@ fn check(body: &str) -> String {
 }
 
 /// Reads a ListSagas page token (INVALID_ARGUMENT naming `page_token` when
-/// it is not one, or was edited).
+/// it is not one, was edited, or carries a saga id the id rule refuses).
 pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
     if token.is_empty() {
         return Ok(None);
@@ -133,8 +133,13 @@ pub fn decode_cursor(token: &str) -> Result<Option<Cursor>, Status> {
     }
     let (ms, saga_id) = body.split_once(':').ok_or_else(bad)?;
     let created_at_ms = ms.parse().map_err(|_| bad())?;
-    if saga_id.is_empty() || saga_id.len() > validate::MAX_ID_BYTES {
-        return Err(bad());
+    // The check is no secret: a forged token must still carry a saga id
+    // under the one rule every id obeys.
+    if let Some(problem) = validate::id_problem(saga_id) {
+        return Err(validate::invalid(
+            "page_token",
+            &format!("not a token returned by ListSagas (its saga id {problem})"),
+        ));
     }
     Ok(Some(Cursor {
         created_at_ms,
@@ -298,6 +303,29 @@ mod tests {
     }
 
     #[test]
+    fn ids_without_a_visible_character_or_padded_are_refused_naming_the_field() {
+        for bad in [" ", "\u{200B}", "\u{3000}", " c", "c\t", "c\u{FEFF}"] {
+            let mut r = request(vec![item(1, 1)]);
+            r.customer_id = bad.into();
+            assert_eq!(
+                field_of(new_order(r).unwrap_err()),
+                "customer_id",
+                "{bad:?}"
+            );
+            let mut r = request(vec![item(1, 1)]);
+            r.request_id = bad.into();
+            assert_eq!(field_of(new_order(r).unwrap_err()), "request_id", "{bad:?}");
+            let mut line = item(1, 1);
+            line.product_id = bad.into();
+            assert_eq!(
+                field_of(new_order(request(vec![item(1, 1), line])).unwrap_err()),
+                "items[1].product_id",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn page_tokens_round_trip_and_garbage_is_refused() {
         let c = Cursor {
             created_at_ms: 42,
@@ -309,6 +337,28 @@ mod tests {
         let raw = String::from_utf8(URL_SAFE_NO_PAD.decode(encode_cursor(&c)).unwrap()).unwrap();
         let edited = URL_SAFE_NO_PAD.encode(raw.replacen("42:", "41:", 1));
         let unchecked = URL_SAFE_NO_PAD.encode("42:abc");
+        // Well formed and checked, but around a saga id no saga can have.
+        let forged = |saga_id: &str| {
+            encode_cursor(&Cursor {
+                created_at_ms: 42,
+                saga_id: saga_id.into(),
+            })
+        };
+        for saga_id in [
+            "",
+            " abc",
+            "abc ",
+            "a\u{200B}c",
+            "a\u{7}c",
+            &"a".repeat(129),
+        ] {
+            let e = decode_cursor(&forged(saga_id)).unwrap_err();
+            assert!(
+                e.message().contains("its saga id must"),
+                "{saga_id:?}: {e:?}"
+            );
+            assert_eq!(field_of(e), "page_token");
+        }
         for bad in [
             "!!!",
             "bm9jb2xvbg",

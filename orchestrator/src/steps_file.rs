@@ -188,9 +188,14 @@ impl Entry {
     }
 }
 
-/// Names are lowercase letters, digits, `_` and `-`, starting with a
+/// Names obey the rule of every identifier
+/// ([`service_kit::validate::id_problem`]: refused, never trimmed) and,
+/// narrower, are lowercase letters, digits, `_` and `-`, starting with a
 /// letter: safe in request ids, metric labels and URLs.
 fn check_name(name: &str) -> Result<(), String> {
+    if let Some(problem) = service_kit::validate::id_problem(name) {
+        return Err(format!("invalid name {name:?}: {problem}"));
+    }
     let valid = name.len() <= MAX_NAME_BYTES
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
@@ -381,6 +386,24 @@ mod tests {
                 .starts_with("steps file /nonexistent/steps.toml: cannot be read"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_name_the_id_rule_refuses_is_refused_naming_the_step() {
+        for (name, problem) in [
+            ("", "must not be empty"),
+            (" shipping", "must not start with whitespace"),
+            ("shipping ", "must not end with whitespace"),
+            ("\u{3000}", "must not be only whitespace"),
+            ("ship\u{200B}ping", "invisible format characters"),
+            ("ship\\u0007ping", "control characters"),
+        ] {
+            let text = format!("[[steps]]\nname = \"{name}\"\naddress = \"h:1\"\n");
+            let error = parse(&text).expect_err(name);
+            assert!(error.starts_with("step 1 ("), "{error}");
+            assert!(error.contains("invalid name"), "{error}");
+            assert!(error.contains(problem), "{name:?}: {error}");
+        }
     }
 
     #[test]
