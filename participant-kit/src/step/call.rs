@@ -74,9 +74,11 @@ impl TryFrom<pb::StepCall> for StepCall {
     }
 }
 
+/// An identifier under the one rule ([`validate::id`]) and, narrower,
 /// 1 to [`MAX_STEP_BYTES`] bytes of `a-z 0-9 _ -`.
 fn step_name(step: &str) -> Result<(), Status> {
-    if step.is_empty() || step.len() > MAX_STEP_BYTES {
+    validate::id("step", step)?;
+    if step.len() > MAX_STEP_BYTES {
         return Err(validate::invalid(
             "step",
             &format!("must be 1 to {MAX_STEP_BYTES} bytes (got {})", step.len()),
@@ -239,6 +241,46 @@ mod tests {
         let mut c = wire();
         c.order.as_mut().unwrap().lines[0].unit_price_cents = i64::MAX;
         assert!(refused(c).contains("overflows"));
+    }
+
+    /// Every id of the call obeys the one id rule, checked before anything
+    /// is recorded: refused naming its field, never trimmed.
+    #[test]
+    fn every_id_of_the_call_obeys_the_id_rule() {
+        type Field = fn(&mut pb::StepCall) -> &mut String;
+        let fields: [(&str, Field); 6] = [
+            ("request_id", |c| &mut c.request_id),
+            ("saga_id", |c| &mut c.saga_id),
+            ("step", |c| &mut c.step),
+            ("order.order_id", |c| {
+                &mut c.order.as_mut().unwrap().order_id
+            }),
+            ("order.customer_id", |c| {
+                &mut c.order.as_mut().unwrap().customer_id
+            }),
+            ("order.lines[0].product_id", |c| {
+                &mut c.order.as_mut().unwrap().lines[0].product_id
+            }),
+        ];
+        for (name, field) in fields {
+            for bad in [
+                " ",
+                "\u{200B}",
+                "\u{3000}",
+                " x",
+                "x ",
+                "x\u{0}",
+                "x\u{2066}y",
+            ] {
+                let mut c = wire();
+                *field(&mut c) = bad.into();
+                let message = refused(c);
+                assert!(
+                    message.starts_with(&format!("{name}: ")),
+                    "{bad:?}: {message}"
+                );
+            }
+        }
     }
 
     /// The attempt is not a parameter; the order, the step and the saga
