@@ -5,16 +5,15 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use clap::Parser;
 use dev_stack::config::{Cli, Command};
-use orchestrator::config::RENAMED_ENV;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let (cli, old_names) = service_kit::renamed_env::parse::<Cli>(RENAMED_ENV);
+    let cli = Cli::parse();
     let result = match cli.command {
         Command::Dev(config) => {
             let _telemetry = service_kit::telemetry::init(config.engine.log_format);
-            old_names.iter().for_each(|old| old.warn());
             dev_stack::stack::run(*config).await
         }
         Command::Seed(config) => {

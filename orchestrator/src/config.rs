@@ -27,15 +27,6 @@ pub struct Cli {
     pub serve: ServeConfig,
 }
 
-/// Environment variables renamed by the naming scheme, `(new, old)`: the
-/// old names are still read, with a warning, until the next release
-/// ([`service_kit::renamed_env`]). Shared by `orchestrator` and `dev`.
-pub const RENAMED_ENV: &[(&str, &str)] = &[
-    ("ORCHESTRATOR_METRICS_LISTEN", "METRICS_LISTEN"),
-    ("ORCHESTRATOR_CONSOLE_LISTEN", "CONSOLE_LISTEN"),
-    ("ORCHESTRATOR_ARCHIVE_DIR", "ARCHIVE_DIR"),
-];
-
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

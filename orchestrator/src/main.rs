@@ -5,16 +5,17 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use orchestrator::config::{Cli, Command, RENAMED_ENV, ServeConfig};
+use clap::Parser;
+use orchestrator::config::{Cli, Command, ServeConfig};
 use service_kit::shutdown::Shutdown;
 use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let (cli, old_names) = service_kit::renamed_env::parse::<Cli>(RENAMED_ENV);
+    let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Serve(config)) => serve(config, &old_names).await,
-        None => serve(cli.serve, &old_names).await,
+        Some(Command::Serve(config)) => serve(config).await,
+        None => serve(cli.serve).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -30,12 +31,8 @@ async fn main() -> std::process::ExitCode {
 /// NOT_SERVING) from the bind on, while the saga store opens — MongoDB may
 /// not be up yet — and is ready once the store is open and the recovery
 /// sweep has started; it drains on SIGTERM/SIGINT.
-async fn serve(
-    config: ServeConfig,
-    old_names: &[service_kit::renamed_env::OldNameInUse],
-) -> Result<(), Box<dyn std::error::Error>> {
+async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     let _telemetry = service_kit::telemetry::init(config.engine.log_format);
-    old_names.iter().for_each(|old| old.warn());
     // Bad TLS files or token: a start-up error naming the flag.
     let options =
         service_kit::server::ServeOptions::from_flags(&config.admin, &config.tls, &config.limits)?

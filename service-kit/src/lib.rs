@@ -22,8 +22,6 @@
 //! - [`metrics`]: the Prometheus exporter (HTTP) behind the `metrics` facade.
 //! - [`purge`]: the periodic purge of the embedded stores in small
 //!   batches, and the store gauges it refreshes.
-//! - [`renamed_env`]: environment variables renamed by the naming scheme,
-//!   still read under their old names (with a warning) for one release.
 //! - [`server`]: gRPC start-up with server reflection (v1 and v1alpha, so
 //!   grpcurl 1.8.6 works) and `grpc.health.v1`;
 //!   [`server::ServeOptions`] (TLS, admin token, request size limit) is
@@ -54,7 +52,6 @@ pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod purge;
-pub mod renamed_env;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

@@ -10,11 +10,7 @@
 //! (`--metrics-listen`, `--no-metrics`), with its own environment variable
 //! and default port given by a [`MetricsDefaults`] marker type, and calls
 //! [`MetricsConfig::start`]. Participants time their calls with
-//! [`CallTimer`] (`participant_call_duration_seconds{rpc}`). Metrics renamed
-//! by the naming scheme are exported under their old names too for one
-//! release ([`renamed`]).
-
-pub mod renamed;
+//! [`CallTimer`] (`participant_call_duration_seconds{rpc}`).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -42,35 +38,9 @@ pub fn serve_metrics(addr: SocketAddr) -> Result<(), MetricsError> {
             0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
         ])
         .map_err(|e| error(&e))?;
-    // As `PrometheusBuilder::install` does, but with the recorder wrapped:
-    // the exporter runs on the caller's runtime, or on a thread of its own
+    // The exporter runs on the caller's runtime, or on a thread of its own
     // when there is none (a test installing it once for its whole binary).
-    let recorder = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            let (recorder, exporter) = {
-                let _entered = handle.enter();
-                builder.build().map_err(|e| error(&e))?
-            };
-            handle.spawn(exporter);
-            recorder
-        }
-        Err(_) => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| error(&e))?;
-            let (recorder, exporter) = {
-                let _entered = runtime.enter();
-                builder.build().map_err(|e| error(&e))?
-            };
-            std::thread::Builder::new()
-                .name("metrics-exporter".into())
-                .spawn(move || runtime.block_on(exporter))
-                .map_err(|e| error(&e))?;
-            recorder
-        }
-    };
-    metrics::set_global_recorder(renamed::WithOldNames::new(recorder)).map_err(|e| error(&e))?;
+    builder.install().map_err(|e| error(&e))?;
     metrics::describe_histogram!(
         "participant_call_duration_seconds",
         metrics::Unit::Seconds,

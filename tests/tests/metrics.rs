@@ -1,7 +1,6 @@
 //! Prometheus metrics scraped over HTTP and checked, one scenario per test:
 //!
-//! - a completed saga counts its start, its finish and each step's call
-//!   (also under the metrics' old names);
+//! - a completed saga counts its start, its finish and each step's call;
 //! - a refused charge cancels the saga with nothing to undo;
 //! - a short deduct refunds the charge: one compensation;
 //! - a repeated charge is applied once, then replayed;
@@ -191,12 +190,6 @@ async fn a_completed_saga_counts_its_start_its_finish_and_each_step() {
                 1.0,
             ),
             (series("saga_finished_total", &[]), 1.0),
-            // The names before the naming scheme, exported for one release.
-            (series("sagas_started_total", &[]), 1.0),
-            (
-                series("sagas_finished_total", &[("status", "completed")]),
-                1.0,
-            ),
             (series("saga_compensations_total", &[]), 0.0),
             (series("saga_failed_total", &[]), 0.0),
             (op("charge", "applied"), 1.0),

@@ -41,7 +41,6 @@ mod properties;
 mod readiness;
 mod recovery;
 mod reflection;
-mod renamed_names;
 mod restart;
 mod retention;
 mod retention_soak;
