@@ -32,6 +32,7 @@ mod console_hosts;
 mod dev_stack;
 mod faults;
 mod generic_steps;
+mod id_rule;
 mod mongo_killed_in_transaction;
 mod mongo_outage;
 mod opentelemetry;
