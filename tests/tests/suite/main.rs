@@ -30,6 +30,7 @@ mod conformance_sim;
 mod console;
 mod console_hosts;
 mod dev_stack;
+mod documented_metrics;
 mod faults;
 mod generic_steps;
 mod id_rule;
