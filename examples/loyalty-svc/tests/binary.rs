@@ -114,6 +114,6 @@ fn an_unusable_blocked_list_stops_start_up_with_one_line_naming_it() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(
         stderr.trim_end(),
-        "loyalty-svc: LOYALTY_BLOCKED_CUSTOMERS: entry 1: customer_id: must not contain control characters"
+        "loyalty-svc: LOYALTY_BLOCKED_CUSTOMERS: entry 1: customer_id: must not contain control characters (U+0001 at byte 3)"
     );
 }
