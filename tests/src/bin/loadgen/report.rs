@@ -268,7 +268,7 @@ fn resources(out: &Outcome) {
             mem_parts.join(", ")
         );
     } else {
-        println!("memory at end: {}", mem_parts.join(", "));
+        println!("memory after the saga phase: {}", mem_parts.join(", "));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(

@@ -23,7 +23,11 @@ use std::time::{Duration, Instant};
 pub struct ProcReport {
     pub name: String,
     pub pid: u32,
-    /// At the end of the run.
+    /// Right after the measured saga phase (the sweep's last level), before
+    /// the store check, the floor and the audits: the audits list every
+    /// saga of the run through the orchestrator, which would otherwise be
+    /// measured as the saga path's memory. At the end of the run when the
+    /// run stopped earlier.
     pub memory: Option<procs::Memory>,
     /// CPU seconds during the measured saga phase.
     pub cpu_saga: Option<f64>,
@@ -119,7 +123,11 @@ pub async fn drive(plan: &Plan, out: &mut Outcome) -> Result<(), String> {
         .map(|(i, w)| ProcReport {
             name: w.name.clone(),
             pid: w.pid,
-            memory: procs::memory(w.pid),
+            memory: out
+                .procs
+                .get(i)
+                .and_then(|p| p.memory)
+                .or_else(|| procs::memory(w.pid)),
             cpu_saga: out.procs.get(i).and_then(|p| p.cpu_saga),
             cpu_floor: out.procs.get(i).and_then(|p| p.cpu_floor),
         })
@@ -237,17 +245,26 @@ async fn measure(
             cat: &cat,
         };
         sweep::run(plan, out, &ctx).await?;
+        note_memory(out);
         out.stage = "the store check";
         out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
         return audit(out, &clients, &cat, targets.loyalty, plan.steps).await;
     }
     let saga_ok = saga_phase(plan, out, &clients, &cat, watched, endpoints).await;
+    note_memory(out);
     out.stage = "the store check";
     out.unfinished = Some(check::unfinished_sagas(&clients, &plan.run).await?);
     if plan.floor && saga_ok > 0 {
         floor_phase(plan, out, &clients, &cat, watched).await;
     }
     audit(out, &clients, &cat, targets.loyalty, plan.steps).await
+}
+
+/// Reads every watched process's memory now, as the report's figure.
+fn note_memory(out: &mut Outcome) {
+    for p in &mut out.procs {
+        p.memory = procs::memory(p.pid);
+    }
 }
 
 async fn seed(
