@@ -12,7 +12,7 @@
  * | Compensate after an applied Act        | `compensate undone` + the handler's undo         | UNDONE                          |
  * | Compensate repeated                    | nothing                                          | the recorded answer, replayed   |
  * | Compensate after a refused Act         | `compensate nothing_to_undo`                     | NOTHING_TO_UNDO                 |
- * | Compensate before its Act              | `compensate null_compensation` + `act blocked`   | NULL_COMPENSATION               |
+ * | Compensate before its Act              | `compensate null_compensation` + `act blocked` (+ `compensateUnapplied`) | NULL_COMPENSATION               |
  * | Act after its Compensate               | nothing (`blocked` holds the key)                | REFUSED ALREADY_COMPENSATED     |
  * | Act repeated after its undo            | nothing                                          | REFUSED ALREADY_COMPENSATED     |
  * | concurrent duplicates                  | one winner; the others roll back                 | the winner's answer, replayed   |
@@ -135,6 +135,7 @@ export class Barrier {
       const detail = 'the Act never arrived; it will be refused if it does';
       await insertRecord(this.history, record('compensate', 'null_compensation', { detail }), session);
       await insertRecord(this.history, record('act', 'blocked', { reason_code: ALREADY_COMPENSATED }), session);
+      await this.handlers.compensateUnapplied?.(call, session, { db: this.db, deadline });
       return compensated('COMPENSATION_EFFECT_NULL_COMPENSATION', detail, false);
     }
     switch (act.status) {

@@ -9,7 +9,7 @@ export { SagaParticipant, deadlineOf, DEFAULT_BATCH_CONCURRENCY, DEFAULT_MAX_BAT
 export type { ParticipantOptions } from './participant.js';
 export { applied, refused, undone, nothingToUndo } from './step.js';
 export type { ActOutcome, CompensateOutcome, ActContext, CompensateContext, Listing, StepHandlers } from './step.js';
-export { checkStepCall, checkRequestId, MAX_ID_BYTES } from './validate.js';
+export { checkStepCall, checkRequestId, idProblem, INVISIBLE_FORMAT, MAX_ID_BYTES } from './validate.js';
 export type { StepCall } from './validate.js';
 export {
   InvalidArgument,

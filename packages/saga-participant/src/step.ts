@@ -76,6 +76,17 @@ export interface StepHandlers {
   act(call: StepCall, session: ClientSession, context: ActContext): Promise<ActOutcome>;
   /** Undoes an applied act in `session`'s transaction. Throwing rolls it all back (the orchestrator retries). */
   compensate(call: StepCall, session: ClientSession, context: CompensateContext): Promise<CompensateOutcome>;
+  /**
+   * Optional: called when a Compensate arrives before (or instead of) its Act
+   * — the null compensation — in the transaction that records it and blocks
+   * the Act. For a step whose Act has an external side effect recorded as an
+   * intent before the call (examples/media-upload): an Act that crashed
+   * between its external call and its commit left the intent, never its
+   * record, so its compensation arrives as a null compensation and must
+   * still undo what the intent names. Throwing rolls it all back (nothing is
+   * recorded; the orchestrator retries the Compensate).
+   */
+  compensateUnapplied?(call: StepCall, session: ClientSession, context: ActContext): Promise<void>;
   /** Run once at start-up, after the history's indexes and before serving: the step's own indexes, seeds. */
   setup?(db: Db): Promise<void>;
   /** What ListOperations shows for a call's records; by default the customer and the order's total. */

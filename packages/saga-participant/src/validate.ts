@@ -61,13 +61,66 @@ export function checkRequestId(requestId: string): string {
   return requestId;
 }
 
-function id(field: string, value: string): void {
-  if (value.length === 0) throw new InvalidArgument(field, 'must not be empty');
+/**
+ * The invisible format characters (Unicode Cf, as of Unicode 15) an id may
+ * not hold, as inclusive code point ranges: the same table as the Rust
+ * services' `service_kit::validate::INVISIBLE_FORMAT`.
+ */
+export const INVISIBLE_FORMAT: readonly (readonly [number, number])[] = [
+  [0x00AD, 0x00AD],
+  [0x0600, 0x0605],
+  [0x061C, 0x061C],
+  [0x06DD, 0x06DD],
+  [0x070F, 0x070F],
+  [0x0890, 0x0891],
+  [0x08E2, 0x08E2],
+  [0x180E, 0x180E],
+  [0x200B, 0x200F],
+  [0x202A, 0x202E],
+  [0x2060, 0x2064],
+  [0x2066, 0x206F],
+  [0xFEFF, 0xFEFF],
+  [0xFFF9, 0xFFFB],
+  [0x110BD, 0x110BD],
+  [0x110CD, 0x110CD],
+  [0x13430, 0x1343F],
+  [0x1BCA0, 0x1BCA3],
+  [0x1D173, 0x1D17A],
+  [0xE0001, 0xE0001],
+  [0xE0020, 0xE007F],
+];
+
+const isControl = (c: number) => c <= 0x1f || (c >= 0x7f && c <= 0x9f);
+const isInvisibleFormat = (c: number) => INVISIBLE_FORMAT.some(([first, last]) => c >= first && c <= last);
+const WHITE_SPACE = /^\p{White_Space}$/u;
+const isWhitespace = (c: number) => WHITE_SPACE.test(String.fromCodePoint(c));
+
+/**
+ * The project's one identifier rule (docs/operations.md, "Identifiers"),
+ * as the Rust services apply it: 1 to 128 bytes of UTF-8, no control
+ * characters, no invisible format characters, no leading or trailing
+ * whitespace (so not only whitespace). Refused, never trimmed; the problem
+ * names the first offending character by code point and byte offset.
+ */
+export function idProblem(value: string): string | undefined {
+  if (value.length === 0) return 'must not be empty';
   const bytes = Buffer.byteLength(value, 'utf8');
-  if (bytes > MAX_ID_BYTES) {
-    throw new InvalidArgument(field, `must be at most ${MAX_ID_BYTES} bytes (got ${bytes})`);
-  }
-  if (/[\u0000-\u001f\u007f]/.test(value)) {
-    throw new InvalidArgument(field, 'must not contain control characters');
-  }
+  if (bytes > MAX_ID_BYTES) return `must be at most ${MAX_ID_BYTES} bytes (got ${bytes})`;
+  const points = [...value].map((ch) => ch.codePointAt(0)!);
+  const at = (index: number) => Buffer.byteLength(String.fromCodePoint(...points.slice(0, index)), 'utf8');
+  const hex = (c: number) => `U+${c.toString(16).toUpperCase().padStart(4, '0')}`;
+  const control = points.findIndex(isControl);
+  if (control >= 0) return `must not contain control characters (${hex(points[control]!)} at byte ${at(control)})`;
+  const format = points.findIndex(isInvisibleFormat);
+  if (format >= 0) return `must not contain invisible format characters (${hex(points[format]!)} at byte ${at(format)})`;
+  if (points.every(isWhitespace)) return 'must not be only whitespace';
+  if (isWhitespace(points[0]!)) return `must not start with whitespace (${hex(points[0]!)}); ids are refused, not trimmed`;
+  const last = points[points.length - 1]!;
+  if (isWhitespace(last)) return `must not end with whitespace (${hex(last)}); ids are refused, not trimmed`;
+  return undefined;
+}
+
+function id(field: string, value: string): void {
+  const problem = idProblem(value);
+  if (problem !== undefined) throw new InvalidArgument(field, problem);
 }
