@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Tests the examples in other languages (examples/):
+# Tests the packages and examples in other languages (packages/, examples/):
+#   - packages/saga-participant: @saga/participant, the TypeScript participant
+#     library, built, packed (npm pack) and tested against SecantusDB;
 #   - nestjs-shipping: a participant.v1 shipping step in NestJS over MongoDB,
 #     tested against SecantusDB (started here, in memory, with test commands
 #     for its failpoint test);
@@ -88,15 +90,15 @@ wait_ready_line() {
     return 1
 }
 
-# Runs `npm test` in examples/$1 with the extra env in $2..., counting node's
+# Runs `npm test` in $1 (a folder: examples/<name> or packages/<name>) with the extra env in $2..., counting node's
 # `# pass N` / `# fail N` / `# cancelled N` lines (cancelled tests — their
 # hook failed — count as failed; a run that crashes before counting is one
 # failure).
 run_tests() {
-    local example=$1 out="$work/$1-test.out" status=0 p f c
+    local example=$1 out="$work/${1//\//-}-test.out" status=0 p f c
     shift
     echo "== $example: npm test"
-    (cd "examples/$example" && env "$@" npm test) 2>&1 | tee "$out" || status=$?
+    (cd "$example" && env "$@" npm test) 2>&1 | tee "$out" || status=$?
     p=$(sed -n 's/^# pass \([0-9][0-9]*\)$/\1/p' "$out" | tail -n 1)
     f=$(sed -n 's/^# fail \([0-9][0-9]*\)$/\1/p' "$out" | tail -n 1)
     c=$(sed -n 's/^# cancelled \([0-9][0-9]*\)$/\1/p' "$out" | tail -n 1)
@@ -104,7 +106,7 @@ run_tests() {
     passed=$((passed + ${p:-0}))
     failed=$((failed + f))
     if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "test-examples: npm test in examples/$example exited $status without counting a failure"
+        echo "test-examples: npm test in $example exited $status without counting a failure"
         failed=$((failed + 1))
     fi
 }
@@ -122,11 +124,15 @@ fi
 echo "== node $(node --version), npm $(npm --version)"
 
 if [ "$mode" != test ]; then
-    for example in nestjs-shipping node-client; do
+    for example in packages/saga-participant examples/nestjs-shipping examples/node-client; do
         stage="npm ci ($example)"
         echo "== $example: npm ci && npm run build"
-        (cd "examples/$example" && timeout 600 npm ci --no-audit --no-fund && npm run build --if-present)
+        (cd "$example" && timeout 600 npm ci --no-audit --no-fund && npm run build --if-present)
     done
+    stage="npm pack (packages/saga-participant)"
+    (cd packages/saga-participant && npm pack --silent --pack-destination "$work" >/dev/null)
+    ls "$work"/saga-participant-*.tgz >/dev/null
+    echo "== packages/saga-participant: packed $(basename "$work"/saga-participant-*.tgz)"
 fi
 if [ "$mode" = build ]; then
     stage="done"
@@ -134,13 +140,17 @@ if [ "$mode" = build ]; then
 fi
 
 stage="SecantusDB"
-echo "== SecantusDB (in memory, test commands on) for nestjs-shipping"
-./scripts/secantusdb.sh --port 0 --storage-path :memory: --enable-test-commands \
+# A transaction a killed process left open is aborted after 10 s instead of
+# mongod's default 60 (the package's crash test waits for that).
+echo "== SecantusDB (in memory, test commands on) for saga-participant and nestjs-shipping"
+./scripts/secantusdb.sh --port 0 --storage-path :memory: --enable-test-commands --transaction-lifetime-seconds 10 \
     >"$work/secantusdb.out" 2>"$work/secantusdb.log" &
 pids+=($!)
 mongo_port=$(wait_ready_line "$work/secantusdb.out" "${pids[-1]}" 120)
+stage="saga-participant tests"
+run_tests packages/saga-participant MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directConnection=true"
 stage="nestjs-shipping tests"
-run_tests nestjs-shipping MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directConnection=true"
+run_tests examples/nestjs-shipping MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directConnection=true"
 
 stage="dev stack"
 echo "== dev stack for node-client: cargo build (as the test command builds), then dev on free ports"
@@ -178,4 +188,4 @@ client.close();
 echo "dev stack answers at $orchestrator"
 
 stage="node-client tests"
-run_tests node-client ORCHESTRATOR_ADDR="$orchestrator"
+run_tests examples/node-client ORCHESTRATOR_ADDR="$orchestrator"
