@@ -11,7 +11,7 @@ import { status } from '@grpc/grpc-js';
 import { ReadConcern } from 'mongodb';
 import { StepClient, failure, freshDatabase, mongoUri, openDb, sleep, stepCall } from './harness.js';
 
-const FIXTURE = fileURLToPath(new URL('./fixtures/crash-participant.js', import.meta.url));
+const FIXTURE = fileURLToPath(new URL('./fixtures/parcel-participant.js', import.meta.url));
 
 interface Child {
   child: ChildProcess;
