@@ -2,6 +2,8 @@
 # Tests the packages and examples in other languages (packages/, examples/):
 #   - packages/saga-participant: @saga/participant, the TypeScript participant
 #     library, built, packed (npm pack) and tested against SecantusDB;
+#   - media-upload: a step on that package whose effect is an HTTP upload
+#     (a fake media store its tests start), tested against SecantusDB;
 #   - nestjs-shipping: a participant.v1 shipping step in NestJS over MongoDB,
 #     tested against SecantusDB (started here, in memory, with test commands
 #     for its failpoint test);
@@ -124,15 +126,18 @@ fi
 echo "== node $(node --version), npm $(npm --version)"
 
 if [ "$mode" != test ]; then
-    for example in packages/saga-participant examples/nestjs-shipping examples/node-client; do
+    # The package first: its tarball (packages/saga-participant/*.tgz, git-ignored) is what
+    # examples/media-upload installs, checked against the integrity in its package-lock.json.
+    for example in packages/saga-participant examples/nestjs-shipping examples/node-client examples/media-upload; do
         stage="npm ci ($example)"
         echo "== $example: npm ci && npm run build"
         (cd "$example" && timeout 600 npm ci --no-audit --no-fund && npm run build --if-present)
+        if [ "$example" = packages/saga-participant ]; then
+            stage="npm pack (packages/saga-participant)"
+            (cd packages/saga-participant && rm -f ./*.tgz && npm pack --silent >/dev/null)
+            echo "== packages/saga-participant: packed $(cd packages/saga-participant && ls ./*.tgz)"
+        fi
     done
-    stage="npm pack (packages/saga-participant)"
-    (cd packages/saga-participant && npm pack --silent --pack-destination "$work" >/dev/null)
-    ls "$work"/saga-participant-*.tgz >/dev/null
-    echo "== packages/saga-participant: packed $(basename "$work"/saga-participant-*.tgz)"
 fi
 if [ "$mode" = build ]; then
     stage="done"
@@ -151,6 +156,8 @@ stage="saga-participant tests"
 run_tests packages/saga-participant MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directConnection=true"
 stage="nestjs-shipping tests"
 run_tests examples/nestjs-shipping MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directConnection=true"
+stage="media-upload tests"
+run_tests examples/media-upload MONGODB_URI="mongodb://127.0.0.1:$mongo_port/?directConnection=true"
 
 stage="dev stack"
 echo "== dev stack for node-client: cargo build (as the test command builds), then dev on free ports"
