@@ -9,26 +9,28 @@
 //! stage, `scripts/test-examples.sh --build-only`, does it); without it the
 //! test skips with a printed reason, or fails under `CI=true` or
 //! `REQUIRE_EXAMPLES=1`. The child is SIGKILLed when this process dies and
-//! killed by pid when the test ends, also on failure.
+//! stopped by pid (SIGTERM, then SIGKILL) when the test ends, also on failure.
 
 mod support;
 
 use participant_check::{OrderSpec, Settings};
-use std::io::{BufRead, BufReader, Write};
+use saga_tests::process;
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const TOKEN: &str = "node-package-token";
 
-/// Kills the child by pid and reaps it when dropped (also while a failing
-/// test unwinds): it holds nothing a test needs kept.
+/// Stops the child by pid when dropped (also while a failing test
+/// unwinds): SIGTERM, 10 s to exit, then SIGKILL.
 struct Stopped(Child);
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Err(e) = process::stop(&mut self.0, Duration::from_secs(10)) {
+            eprintln!("stopping the node participant pid {}: {e}", self.0.id());
+        }
     }
 }
 
@@ -67,21 +69,13 @@ async fn a_participant_on_the_node_package_passes_every_rule() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let mut child = Stopped(saga_tests::process::spawn_tied(cmd).expect("spawn node"));
+    let mut child = Stopped(process::spawn_tied(cmd).expect("spawn node"));
     let stdout = child.0.stdout.take().expect("stdout");
-    let port = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                line.strip_prefix("READY ")
-                    .and_then(|p| p.parse::<u16>().ok())
-            })
-    });
-    let port = tokio::time::timeout(Duration::from_secs(60), port)
+    let ready = process::watch_for_ready(stdout);
+    let port = tokio::task::spawn_blocking(move || ready.recv_timeout(Duration::from_secs(60)))
         .await
-        .expect("READY within 60 s")
         .expect("reader")
+        .expect("READY within 60 s")
         .expect("a READY <port> line before the participant exited");
 
     let mut settings = Settings::new(format!("127.0.0.1:{port}"));
