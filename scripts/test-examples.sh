@@ -4,9 +4,10 @@
 #     library, built, packed (npm pack) and tested against SecantusDB;
 #   - media-upload: a step on that package whose effect is an HTTP upload
 #     (a fake media store its tests start), tested against SecantusDB;
-#   - nestjs-shipping: a participant.v1 shipping step in NestJS over MongoDB,
-#     tested against SecantusDB (started here, in memory, with test commands
-#     for its failpoint test);
+#   - nestjs-shipping: a shipping step in NestJS on that package's Nest module
+#     (its rules and wiring only; batches served by the package), tested
+#     against SecantusDB (started here, in memory, with test commands for its
+#     failpoint tests);
 #   - node-client: a plain Node client of saga.v1, tested against the dev stack
 #     (built and started here on free ports with a temporary data dir).
 # Needs Node.js >= 20 with npm; installs each example's pinned dependencies
@@ -127,7 +128,8 @@ echo "== node $(node --version), npm $(npm --version)"
 
 if [ "$mode" != test ]; then
     # The package first: its tarball (packages/saga-participant/*.tgz, git-ignored) is what
-    # examples/media-upload installs, checked against the integrity in its package-lock.json.
+    # examples/nestjs-shipping and examples/media-upload install, checked against the
+    # integrity in their package-lock.json.
     for example in packages/saga-participant examples/nestjs-shipping examples/node-client examples/media-upload; do
         stage="npm ci ($example)"
         echo "== $example: npm ci && npm run build"

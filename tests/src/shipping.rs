@@ -1,14 +1,16 @@
-//! The NestJS shipping participant (`examples/nestjs-shipping`) as a child
-//! process of a test: a third step of the saga written in another language,
-//! over MongoDB, run exactly as in production (`node dist/src/main.js`,
-//! configured by its environment, ready when it prints `READY <port>`).
+//! The NestJS shipping participant (`examples/nestjs-shipping`, its shipping
+//! rules on `@saga/participant`'s Nest module) as a child process of a test:
+//! a third step of the saga written in another language, over MongoDB, run
+//! exactly as in production (`node dist/src/main.js`, configured by its
+//! environment, ready when it prints `READY <port>`).
 //!
 //! It exists so that `cargo test` proves the generic contract end to end
 //! with a participant the project did not write in Rust. The app must be
-//! built first (`npm ci && npm run build` in its directory; the test
-//! command's "examples build" stage does it): [`ShippingApp::find`] says
-//! whether it is, and a test without it skips with a printed reason — or
-//! fails, under `CI=true` or `REQUIRE_EXAMPLES=1`.
+//! built first (`scripts/test-examples.sh --build-only`, the test command's
+//! "examples build" stage, packs the package and installs and builds the
+//! app): [`ShippingApp::find`] says whether it is, and a test without it
+//! skips with a printed reason — or fails, under `CI=true` or
+//! `REQUIRE_EXAMPLES=1`.
 //!
 //! The process is SIGKILLed when this test process dies
 //! ([`process::spawn_tied`]), stopped by pid (SIGTERM, then SIGKILL) when
@@ -61,11 +63,14 @@ impl ShippingApp {
         if !node.is_ok_and(|s| s.success()) {
             return Err("`node` is not on PATH (Node.js >= 20 runs the NestJS participant)".into());
         }
-        if !main.is_file() || !dir.join("node_modules").is_dir() {
-            return Err(format!(
-                "the NestJS participant is not built ({} missing): run `npm ci && npm run build` in examples/nestjs-shipping (scripts/test.sh's examples build stage does)",
-                main.display()
-            ));
+        let package = dir.join("node_modules/@saga/participant");
+        for needed in [&main, &package] {
+            if !needed.exists() {
+                return Err(format!(
+                    "the NestJS participant is not built ({} missing): run scripts/test-examples.sh --build-only (it packs @saga/participant, then runs `npm ci && npm run build` in examples/nestjs-shipping; scripts/test.sh's examples build stage does)",
+                    needed.display()
+                ));
+            }
         }
         Ok(ShippingApp { main })
     }

@@ -1,28 +1,33 @@
 /**
- * The NestJS module: the two gRPC controllers and what they are given (the
- * barrier over the MongoDB store, the token policy, the admission gate), built from the
- * configuration by `main.ts`.
+ * The NestJS wiring: the package's module serves the shipping step
+ * (`participant.v1.SagaStepService` with the batch calls, and
+ * `OperationHistoryService`) on application bootstrap and stops on
+ * `app.close()`; the step gets the participant's `Db` and the products
+ * seeded unshippable injected.
  */
 import { Module, type DynamicModule } from '@nestjs/common';
-import { Admission } from './admission.js';
-import { TokenPolicy } from './auth.js';
-import { Barrier } from './barrier.js';
+import type { Logger } from '@saga/participant';
+import { SagaParticipantModule } from '@saga/participant/nest';
 import type { Config } from './config.js';
-import type { Store } from './db.js';
-import { HistoryController, STORE } from './history.controller.js';
-import { StepController } from './step.controller.js';
+import { ShippingStep, UNSHIPPABLE_PRODUCTS } from './shipping.step.js';
+
+/** The service's name in logs, and its MongoDB appName. */
+export const SERVICE_NAME = 'nestjs-shipping';
 
 @Module({})
 export class AppModule {
-  static register(config: Config, store: Store): DynamicModule {
+  static register(config: Config, logger: Logger): DynamicModule {
     return {
       module: AppModule,
-      controllers: [StepController, HistoryController],
-      providers: [
-        { provide: STORE, useValue: store },
-        { provide: Barrier, useValue: new Barrier(store, config.historyRetentionSeconds) },
-        { provide: TokenPolicy, useValue: new TokenPolicy(config.serviceToken, config.adminToken) },
-        { provide: Admission, useValue: new Admission(config.maxInFlight) },
+      imports: [
+        SagaParticipantModule.forRoot({
+          ...config.participant,
+          ...(config.protoDir ? { protoDir: config.protoDir } : {}),
+          serviceName: SERVICE_NAME,
+          logger,
+          step: ShippingStep,
+          providers: [{ provide: UNSHIPPABLE_PRODUCTS, useValue: config.unshippableProducts }],
+        }),
       ],
     };
   }

@@ -1,22 +1,29 @@
 /**
- * Start-up and shutdown: configuration (a bad value stops it with one line),
- * MongoDB (waited for up to `STARTUP_WAIT_MS`, indexes created, unshippable
- * products seeded), then the gRPC server; `READY <port>` on stdout once it
- * serves. SIGTERM or SIGINT: stop accepting calls, let the ones in flight
- * finish, close MongoDB, exit 0.
+ * Start-up and shutdown: the configuration (a bad value stops it with one
+ * line and exit code 2), then the Nest application, whose participant
+ * module waits for MongoDB (up to 30 s), creates the indexes, seeds the
+ * unshippable products and serves; `READY <port>` on stdout once it does
+ * (stdout carries nothing else; logs are JSON lines on stderr). SIGTERM or
+ * SIGINT: stop accepting calls, let the ones in flight finish, close
+ * MongoDB, exit 0.
  */
 import 'reflect-metadata';
+import type { LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { AppModule } from './app.module.js';
-import { ConfigError, loadConfig, type Config } from './config.js';
-import { openStore, type Store } from './db.js';
-import { describe } from './errors.js';
-import { ReportingGrpcServer } from './grpc-server.js';
-import { JsonLogger, log } from './log.js';
-import { protoDir } from './proto.js';
+import { ConfigError, describe, jsonLogger } from '@saga/participant';
+import { SagaParticipant } from '@saga/participant/nest';
+import { AppModule, SERVICE_NAME } from './app.module.js';
+import { loadConfig, type Config } from './config.js';
 
-/** How long start-up waits for MongoDB to answer (a stack starting together). */
-const STARTUP_WAIT_MS = 30_000;
+const log = jsonLogger(SERVICE_NAME);
+
+/** NestJS's own messages, as the same JSON lines. */
+const nestLogger: LoggerService = {
+  log: (message, context?: string) => log('info', String(message), context ? { context } : {}),
+  warn: (message, context?: string) => log('warn', String(message), context ? { context } : {}),
+  error: (message, trace?: string, context?: string) =>
+    log('error', String(message), { ...(context ? { context } : {}), ...(trace ? { trace } : {}) }),
+};
 
 async function main(): Promise<number> {
   let config: Config;
@@ -24,44 +31,21 @@ async function main(): Promise<number> {
     config = loadConfig();
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    process.stderr.write(`nestjs-shipping: ${error.message}\n`);
+    process.stderr.write(`${SERVICE_NAME}: ${error.message}\n`);
     return 2;
   }
-  const store = await openStoreWhenUp(config);
-  const server = new ReportingGrpcServer(config.listen);
-  const app = await NestFactory.createMicroservice(AppModule.register(config, store), {
-    strategy: server,
-    logger: new JsonLogger(),
+  const app = await NestFactory.createApplicationContext(AppModule.register(config, log), {
+    logger: nestLogger,
+    abortOnError: false,
   });
-  await app.listen();
-  process.stdout.write(`READY ${server.port}\n`);
-  log('info', 'serving', {
-    port: server.port,
-    database: config.mongodbDatabase,
-    proto_dir: protoDir(),
-    history_retention_seconds: config.historyRetentionSeconds,
-    unshippable_products: config.unshippableProducts,
-    service_token: config.serviceToken !== undefined,
-  });
+  const participant = app.get(SagaParticipant);
+  process.stdout.write(`READY ${participant.port}\n`);
+  log('info', 'shipping rules', { unshippable_products: config.unshippableProducts });
   await signalled();
   log('info', 'stopping');
   await app.close();
-  await store.client.close();
   log('info', 'stopped');
   return 0;
-}
-
-async function openStoreWhenUp(config: Config): Promise<Store> {
-  const giveUp = Date.now() + STARTUP_WAIT_MS;
-  for (;;) {
-    try {
-      return await openStore(config);
-    } catch (error) {
-      if (Date.now() >= giveUp) throw error;
-      log('warn', 'MongoDB not ready; retrying', { error: describe(error) });
-      await new Promise((resolve) => setTimeout(resolve, 500));
-    }
-  }
 }
 
 function signalled(): Promise<void> {
@@ -74,7 +58,7 @@ function signalled(): Promise<void> {
 main().then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`nestjs-shipping: ${describe(error)}\n`);
+    process.stderr.write(`${SERVICE_NAME}: ${describe(error)}\n`);
     process.exit(1);
   },
 );

@@ -1,88 +1,63 @@
 /**
- * Load shedding (src/admission.ts): a call whose deadline has passed is not
- * started; no more than `maxInFlight` calls work at once, the others wait in
- * arrival order while their deadline leaves time and are refused
- * UNAVAILABLE, never run, when it does not.
+ * Load shedding, as SHIPPING_MAX_IN_FLIGHT sets it: with 1, a call that
+ * arrives while another works waits its turn only while its deadline leaves
+ * time, then is answered UNAVAILABLE (ErrorInfo OVERLOADED) with nothing
+ * done; the call at work is not disturbed and the retry applies once. The
+ * call at work is held by MongoDB's `failCommand` failpoint blocking its
+ * first insert (needs a server with test commands enabled).
  */
-import { describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Admission } from '../src/admission.js';
-import { Unavailable } from '../src/errors.js';
+import { status } from '@grpc/grpc-js';
+import type { Db } from 'mongodb';
+import { Participant, attempt, failure, openDb, startApp, stepCall, type RunningApp } from './harness.js';
 
-/** A call that works until it is released. */
-function held(admission: Admission, deadline: number, order: string[], name: string) {
-  let release = () => {};
-  const released = new Promise<void>((resolve) => (release = resolve));
-  const done = admission.run(deadline, async () => {
-    order.push(name);
-    await released;
-    return name;
-  });
-  return { done, release: () => release() };
-}
+describe('SHIPPING_MAX_IN_FLIGHT', () => {
+  let app: RunningApp;
+  let participant: Participant;
+  let db: Db;
+  let closeDb: () => Promise<void>;
 
-describe('admission', () => {
-  it('refuses a call whose deadline has passed, without running it', async () => {
-    const admission = new Admission(4);
-    let ran = false;
-    const work = async () => {
-      ran = true;
-      return 'done';
-    };
-    await assert.rejects(admission.run(Date.now() - 1, work), (e) => e instanceof Unavailable && /deadline passed/.test(e.message));
-    assert.equal(ran, false);
-    assert.equal(await admission.run(Date.now() + 5_000, work), 'done');
-    assert.equal(await admission.run(Infinity, work), 'done', 'a call without a deadline is taken');
+  before(async () => {
+    app = await startApp({ SHIPPING_MAX_IN_FLIGHT: '1' });
+    participant = new Participant(app.port);
+    ({ db, close: closeDb } = await openDb(app.database));
   });
 
-  it('works at most maxInFlight calls at once; the next waits and runs, in arrival order, when a place frees', async () => {
-    const admission = new Admission(2);
-    const order: string[] = [];
-    const soon = Date.now() + 10_000;
-    const a = held(admission, soon, order, 'a');
-    const b = held(admission, soon, order, 'b');
-    const c = held(admission, soon, order, 'c');
-    const d = held(admission, soon, order, 'd');
-    await new Promise((resolve) => setImmediate(resolve));
-    assert.deepEqual(order, ['a', 'b']);
-    assert.equal(admission.inFlight, 2);
-    assert.equal(admission.queued, 2);
-    a.release();
-    assert.equal(await a.done, 'a');
-    await new Promise((resolve) => setImmediate(resolve));
-    assert.deepEqual(order, ['a', 'b', 'c'], 'c, the first to wait, took the place');
-    assert.equal(admission.inFlight, 2);
-    b.release();
-    c.release();
-    d.release();
-    assert.deepEqual(await Promise.all([b.done, c.done, d.done]), ['b', 'c', 'd']);
-    assert.equal(admission.inFlight, 0);
-    assert.equal(admission.queued, 0);
+  after(async () => {
+    await db?.admin().command({ configureFailPoint: 'failCommand', mode: 'off' }).catch(() => undefined);
+    participant?.close();
+    await closeDb?.();
+    assert.equal(await app?.stop(), 0);
   });
 
-  it('refuses a waiting call at its deadline, never running it', async () => {
-    const admission = new Admission(1);
-    const order: string[] = [];
-    const busy = held(admission, Infinity, order, 'busy');
-    let ran = false;
+  it('1: a second call waits within its deadline, then UNAVAILABLE OVERLOADED with nothing done', async (t) => {
+    try {
+      await db.admin().command({
+        configureFailPoint: 'failCommand',
+        mode: { times: 1 },
+        data: { failCommands: ['insert'], blockConnection: true, blockTimeMS: 2000, appName: 'nestjs-shipping' },
+      });
+    } catch (error) {
+      t.skip(`the MongoDB under test has no failCommand (start it with test commands enabled): ${String(error)}`);
+      return;
+    }
+    const held = stepCall();
+    const working = participant.act(held, { deadlineMs: 15_000 });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const shed = stepCall();
     const started = Date.now();
-    await assert.rejects(
-      admission.run(Date.now() + 400, async () => {
-        ran = true;
-      }),
-      (e) => e instanceof Unavailable && /overloaded: 1 calls in flight/.test(e.message),
-    );
-    assert.equal(ran, false);
-    assert.ok(Date.now() - started < 400, 'refused before its deadline (less the answer margin)');
-    assert.equal(admission.queued, 0);
-    busy.release();
-    assert.equal(await busy.done, 'busy');
-    assert.equal(await admission.run(Infinity, async () => 'after'), 'after');
-  });
+    const refused = await failure(participant.act(shed, { deadlineMs: 1000 }));
+    assert.equal(refused.code, status.UNAVAILABLE, refused.details);
+    assert.equal(refused.errorInfo?.reason, 'OVERLOADED');
+    assert.ok(Date.now() - started < 1000, 'answered before its deadline');
 
-  it('frees its place when the work fails', async () => {
-    const admission = new Admission(1);
-    await assert.rejects(admission.run(Infinity, async () => Promise.reject(new Error('boom'))), /boom/);
-    assert.equal(admission.inFlight, 0);
+    assert.equal((await working).outcome, 'OUTCOME_APPLIED', 'the call at work finished');
+    assert.equal(await db.collection('operation_history').countDocuments({ request_id: shed.request_id }), 0);
+    assert.equal(await db.collection('shipments').countDocuments({ request_id: shed.request_id }), 0);
+    const retry = await participant.act(attempt(shed, 2));
+    assert.equal(retry.outcome, 'OUTCOME_APPLIED');
+    assert.equal(retry.replayed, false);
+    assert.equal(await db.collection('shipments').countDocuments({ request_id: shed.request_id }), 1);
   });
 });

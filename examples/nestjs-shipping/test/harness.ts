@@ -1,19 +1,34 @@
 /**
  * What every test file shares: the app started as a child process exactly as
  * it runs in production (`node dist/src/main.js`, configured by env, ready
- * when it prints `READY <port>`), a real gRPC client of participant.v1 built
- * from the repository's protos, StepCalls with fresh ids, and a MongoDB client
- * to look at what was written. MongoDB is the one given by `MONGODB_URI`
- * (SecantusDB in the project's test command); each app gets its own database.
+ * when it prints `READY <port>`), a real gRPC client of participant.v1 (the
+ * contract's protos as @saga/participant ships them), StepCalls with fresh
+ * ids, and a MongoDB client to look at what was written. MongoDB is the one
+ * given by `MONGODB_URI` (SecantusDB in the project's test command); each app
+ * gets its own database.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import { MongoClient, type Db } from 'mongodb';
-import { PACKAGE_DIR, PARTICIPANT_PROTOS, loaderOptions } from '../src/proto.js';
-import type { ActReply, CompensateReply, ListOperationsResponse, OrderLine, StepCall } from '../src/wire.js';
+import {
+  decodeStatus,
+  loadParticipantPackage,
+  type ActResult,
+  type ActReply,
+  type CompensateReply,
+  type CompensateResult,
+  type ErrorInfo,
+  type ListOperationsResponse,
+  type OrderLine,
+  type WireStepCall as StepCall,
+} from '@saga/participant';
+
+/** The example's directory (this file is compiled to dist/test/). */
+export const APP_DIR = fileURLToPath(new URL('../../', import.meta.url));
+const MAIN = path.join(APP_DIR, 'dist/src/main.js');
 
 export function mongoUri(): string {
   const uri = process.env.MONGODB_URI;
@@ -39,7 +54,7 @@ export interface RunningApp {
 /** Starts the app with `env` on a free port and its own database; resolves once READY. */
 export async function startApp(env: Record<string, string> = {}): Promise<RunningApp> {
   const database = `shipping_test_${randomUUID().slice(0, 8)}`;
-  const child = spawn(process.execPath, [path.join(PACKAGE_DIR, 'dist/src/main.js')], {
+  const child = spawn(process.execPath, [MAIN], {
     env: {
       PATH: process.env.PATH ?? '',
       MONGODB_URI: mongoUri(),
@@ -84,7 +99,7 @@ function killedOnExit(child: ChildProcess): void {
 
 /** Runs the app to its exit (for configurations it must refuse); returns the code and stderr. */
 export async function runAppToExit(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [path.join(PACKAGE_DIR, 'dist/src/main.js')], {
+  const child = spawn(process.execPath, [MAIN], {
     env: { PATH: process.env.PATH ?? '', MONGODB_URI: mongoUri(), SHIPPING_LISTEN: '127.0.0.1:0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -126,11 +141,10 @@ export class Participant {
   private readonly history: grpc.Client & Record<string, Function>;
 
   constructor(port: number) {
-    const definition = protoLoader.loadSync(PARTICIPANT_PROTOS, loaderOptions());
-    const pkg = grpc.loadPackageDefinition(definition) as any;
+    const pkg = loadParticipantPackage();
     const credentials = grpc.credentials.createInsecure();
-    this.step = new pkg.participant.v1.SagaStepService(`127.0.0.1:${port}`, credentials);
-    this.history = new pkg.participant.v1.OperationHistoryService(`127.0.0.1:${port}`, credentials);
+    this.step = new pkg.SagaStepService(`127.0.0.1:${port}`, credentials) as grpc.Client & Record<string, Function>;
+    this.history = new pkg.OperationHistoryService(`127.0.0.1:${port}`, credentials) as grpc.Client & Record<string, Function>;
   }
 
   act(call: StepCall, options: CallOptions = {}): Promise<ActReply> {
@@ -139,6 +153,16 @@ export class Participant {
 
   compensate(call: StepCall, options: CallOptions = {}): Promise<CompensateReply> {
     return unary(this.step, 'Compensate', call, options);
+  }
+
+  /** An ActBatch of `calls`; each call's own result, in order. */
+  async actBatch(calls: StepCall[], options: CallOptions = {}): Promise<ActResult[]> {
+    return (await unary<{ results: ActResult[] }>(this.step, 'ActBatch', batch(calls), options)).results;
+  }
+
+  /** A CompensateBatch of `calls`; each call's own result, in order. */
+  async compensateBatch(calls: StepCall[], options: CallOptions = {}): Promise<CompensateResult[]> {
+    return (await unary<{ results: CompensateResult[] }>(this.step, 'CompensateBatch', batch(calls), options)).results;
   }
 
   listOperations(requestId: string, options: CallOptions = {}): Promise<ListOperationsResponse> {
@@ -156,6 +180,10 @@ export interface CallOptions {
   deadlineMs?: number;
 }
 
+function batch(calls: StepCall[]): unknown {
+  return { calls: calls.map((call) => ({ call, traceparent: '' })) };
+}
+
 function unary<T>(client: Record<string, Function>, method: string, request: unknown, options: CallOptions): Promise<T> {
   const metadata = new grpc.Metadata();
   if (options.token !== undefined) metadata.set('authorization', `Bearer ${options.token}`);
@@ -167,20 +195,29 @@ function unary<T>(client: Record<string, Function>, method: string, request: unk
   });
 }
 
-/** Resolves to the gRPC status code a call failed with (and its message); fails if it succeeded. */
-export async function failure(promise: Promise<unknown>): Promise<{ code: grpc.status; details: string }> {
+export interface Failure {
+  code: grpc.status;
+  details: string;
+  /** The google.rpc.ErrorInfo of the status details, when sent. */
+  errorInfo: ErrorInfo | undefined;
+}
+
+/** Resolves to the gRPC status a call failed with (code, message, ErrorInfo); fails if it succeeded. */
+export async function failure(promise: Promise<unknown>): Promise<Failure> {
+  let reply: unknown;
   try {
-    const reply = await promise;
-    throw new Error(`expected the call to fail, it answered ${JSON.stringify(reply)}`);
+    reply = await promise;
   } catch (error) {
     const e = error as grpc.ServiceError;
     if (typeof e.code !== 'number') throw error;
-    return { code: e.code, details: e.details };
+    const bin = e.metadata?.get('grpc-status-details-bin')[0];
+    return { code: e.code, details: e.details, errorInfo: bin ? decodeStatus(bin as Buffer).errorInfo : undefined };
   }
+  throw new Error(`expected the call to fail, it answered ${JSON.stringify(reply)}`);
 }
 
 /** A StepCall for a fresh saga: step `shipping`, attempt 1, one line of `sku-apple` unless given. */
-export function stepCall(lines: Partial<OrderLine>[] = [{}]): StepCall {
+export function stepCall(lines: Partial<OrderLine>[] = [{}]): StepCall & { order: NonNullable<StepCall['order']> } {
   const sagaId = randomUUID();
   const full = lines.map((line) => ({ product_id: 'sku-apple', quantity: '2', unit_price_cents: '150', ...line }));
   const total = full.reduce((sum, l) => sum + BigInt(l.quantity) * BigInt(l.unit_price_cents), 0n);
@@ -194,7 +231,7 @@ export function stepCall(lines: Partial<OrderLine>[] = [{}]): StepCall {
 }
 
 /** The same call, attempt `n` (a retry: same request id, same parameters). */
-export function attempt(call: StepCall, n: number): StepCall {
+export function attempt<T extends StepCall>(call: T, n: number): T {
   return { ...call, attempt: n };
 }
 

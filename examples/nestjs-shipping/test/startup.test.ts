@@ -1,7 +1,8 @@
 /**
  * Start-up and retention: the indexes the barrier relies on, the records'
- * expiry from HISTORY_RETENTION_SECONDS, and a retention below the minimum
- * refused before anything is served.
+ * expiry from HISTORY_RETENTION_SECONDS, and a bad setting (a retention
+ * below the minimum, a malformed number or token) refused with one line
+ * naming the variable and exit code 2, before anything is served.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -69,5 +70,14 @@ describe('start-up and history retention', () => {
     const garbage = await runAppToExit({ HISTORY_RETENTION_SECONDS: '7d' });
     assert.equal(garbage.code, 2);
     assert.match(garbage.stderr, /HISTORY_RETENTION_SECONDS="7d": expected a positive whole number of seconds/);
+  });
+
+  it('refuses a malformed SHIPPING_MAX_IN_FLIGHT or SERVICE_TOKEN, naming it', async () => {
+    const inFlight = await runAppToExit({ SHIPPING_MAX_IN_FLIGHT: '0' });
+    assert.equal(inFlight.code, 2);
+    assert.match(inFlight.stderr, /^nestjs-shipping: SHIPPING_MAX_IN_FLIGHT="0": expected a positive whole number of calls$/m);
+    const token = await runAppToExit({ SERVICE_TOKEN: 'two words' });
+    assert.equal(token.code, 2);
+    assert.match(token.stderr, /SERVICE_TOKEN: a token must not contain whitespace/);
   });
 });

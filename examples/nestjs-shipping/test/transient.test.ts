@@ -13,8 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { MongoClient, type Db } from 'mongodb';
-import { PACKAGE_DIR } from '../src/proto.js';
-import { Participant, attempt, failure, openDb, startApp, stepCall, type RunningApp } from './harness.js';
+import { APP_DIR, Participant, attempt, failure, openDb, startApp, stepCall, type RunningApp } from './harness.js';
 
 describe('a transient MongoDB error that outlasts the deadline', () => {
   let app: RunningApp;
@@ -64,7 +63,7 @@ describe('a transient MongoDB error that outlasts the deadline', () => {
   });
 });
 
-const SECANTUSDB = path.resolve(PACKAGE_DIR, '../../scripts/secantusdb.sh');
+const SECANTUSDB = path.resolve(APP_DIR, '../../scripts/secantusdb.sh');
 
 describe('MongoDB down', () => {
   it('answers UNAVAILABLE within the call timeout and records nothing; after the restart the retry applies once', async (t) => {
