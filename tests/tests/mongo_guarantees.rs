@@ -10,8 +10,9 @@
 //!   with journaling (inside a transaction: its commit), and every
 //!   participant transaction reads at snapshot;
 //! - the saga store tells errors that pass from errors that do not, fills
-//!   in the fields an older version did not write and drops the indexes
-//!   it replaced.
+//!   in the fields an older version did not write (the expiry dates of
+//!   finished sagas beside the open store) and drops the indexes it
+//!   replaced.
 //!
 //! The target is printed when the first test starts (SecantusDB unless
 //! `MONGODB_URI` names a real MongoDB).
@@ -371,6 +372,121 @@ async fn older_sagas_get_their_claimable_time_and_an_undecodable_one_is_skipped(
         .await
         .expect("claimable");
     assert_eq!(ids(own), ["old-expired", "old-held"]);
+}
+
+/// Finished sagas stored while the retention was off get their
+/// `expire_at` once a store with a retention opens — on a task of its own,
+/// never before `open` returns (dating a whole database one saga at a time
+/// held an orchestrator unready for 38 s over 1,040 sagas): here the
+/// dating's first update is held 5 s by a failpoint, and `open` returns
+/// before. Each is dated its finish plus the retention; an unfinished saga
+/// stays undated, and a finished one whose `updated_at_ms` cannot be read
+/// is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_sagas_are_dated_beside_the_open_store() {
+    use orchestrator::engine::{self, Next, Outcome};
+    use orchestrator::store::{MongoSagaStore, SagaRetention, SagaStore};
+    use std::time::Instant;
+    if mongo().is_none() {
+        return;
+    }
+    // Failpoints: on a SecantusDB of its own, whatever the target.
+    let server = tokio::task::spawn_blocking(|| {
+        MongoServer::start(ServerOptions {
+            enable_test_commands: true,
+            ..ServerOptions::default()
+        })
+    })
+    .await
+    .expect("join")
+    .expect("start a test server with failpoints");
+    let db = mongo_client::connect(
+        &server.uri(),
+        "dating_check",
+        "saga-tests",
+        std::future::pending(),
+    )
+    .await
+    .expect("connect");
+    let off = SagaRetention {
+        keep: None,
+        archive: false,
+    };
+    let store = MongoSagaStore::open_with(db.clone(), off)
+        .await
+        .expect("open");
+    let running = leased_saga("still-running", "a", 5_000);
+    let mut finished = Vec::new();
+    for i in 0..40 {
+        let mut saga = leased_saga(&format!("done-{i}"), "a", 50);
+        engine::record_outcome(&mut saga, Next::Act(0), Outcome::Succeeded, 2).expect("fits");
+        saga.lease = None;
+        finished.push(saga);
+    }
+    for saga in finished.iter().chain([&running]) {
+        store.create(saga).await.expect("create");
+    }
+    let sagas = db.collection::<Document>("sagas");
+    sagas
+        .insert_one(doc! {
+            "_id": "broken", "request_id": "r-broken", "status": "completed",
+            "updated_at_ms": "yesterday", "expire_at": Bson::Null, "saga": { "saga_id": 7 },
+        })
+        .await
+        .expect("insert");
+    let held = Duration::from_secs(5);
+    db.client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["update"],
+                "blockConnection": true,
+                "blockTimeMS": i64::try_from(held.as_millis()).expect("ms"),
+            },
+        })
+        .await
+        .expect("configure failpoint");
+
+    let retention = SagaRetention {
+        keep: Some(Duration::from_secs(3_600)),
+        archive: false,
+    };
+    let opening = Instant::now();
+    MongoSagaStore::open_with(db.clone(), retention)
+        .await
+        .expect("reopen");
+    let opened = opening.elapsed();
+    assert!(
+        opened < held,
+        "open waited for the dating: {opened:?} (its first update is held {held:?})"
+    );
+    let expire_at = |id: String| {
+        let sagas = sagas.clone();
+        async move {
+            let d = sagas.find_one(doc! { "_id": id }).await.expect("find");
+            d.and_then(|d| d.get_datetime("expire_at").ok().copied())
+        }
+    };
+    let until = Instant::now() + Duration::from_secs(60);
+    for saga in &finished {
+        loop {
+            if let Some(at) = expire_at(saga.saga_id.clone()).await {
+                assert_eq!(
+                    at.timestamp_millis(),
+                    saga.updated_at_ms + 3_600_000,
+                    "{}",
+                    saga.saga_id
+                );
+                break;
+            }
+            assert!(Instant::now() < until, "{} not dated", saga.saga_id);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(expire_at("still-running".into()).await, None);
+    assert_eq!(expire_at("broken".into()).await, None);
 }
 
 /// A saga stored by the first version — no lease at all (no `saga.lease`,

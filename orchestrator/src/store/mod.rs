@@ -68,14 +68,23 @@ impl SagaRetention {
     /// finish time plus the retention (plus [`ARCHIVE_GRACE`] when
     /// archiving); `None` — never — for a saga that must live.
     pub fn expire_at_ms(&self, saga: &Saga) -> Option<i64> {
+        Some(
+            saga.expires_from_ms()?
+                .saturating_add(self.expire_after_ms()?),
+        )
+    }
+
+    /// How long after it finished MongoDB's TTL index deletes a saga (ms):
+    /// the retention, plus [`ARCHIVE_GRACE`] when archiving; `None` while
+    /// nothing expires.
+    pub fn expire_after_ms(&self) -> Option<i64> {
         let keep = self.keep?
             + if self.archive {
                 ARCHIVE_GRACE
             } else {
                 Duration::ZERO
             };
-        let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
-        Some(saga.expires_from_ms()?.saturating_add(keep))
+        Some(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX))
     }
 }
 

@@ -96,8 +96,9 @@ impl MongoSagaStore {
     /// request_id; newest-first listing, optionally by status or by
     /// customer; counts by status; recovery by `claimable_after_ms` (and
     /// owner); the TTL index on `expire_at`. Sagas of an earlier schema
-    /// version are brought to the latest ([`migrations`]). Keeps finished
-    /// sagas for the default retention.
+    /// version are brought to the latest ([`migrations`]; finished sagas
+    /// are dated on a task of their own, after this returns). Keeps
+    /// finished sagas for the default retention.
     pub async fn open(db: Database) -> Result<Self, Error> {
         Self::open_with(db, SagaRetention::default()).await
     }
@@ -106,7 +107,8 @@ impl MongoSagaStore {
     pub async fn open_with(db: Database, retention: SagaRetention) -> Result<Self, Error> {
         let sagas = db.collection::<Document>(SAGAS);
         mongo_client::ensure_indexes(&sagas, indexes(), migrations::REPLACED_INDEXES).await?;
-        migrations::migrate(&sagas, &retention).await?;
+        migrations::migrate(&sagas).await?;
+        migrations::date_finished_in_background(sagas.clone(), retention);
         Ok(MongoSagaStore {
             sagas,
             db,

@@ -457,8 +457,8 @@ async fn mongo_retention_queries_are_served_by_an_index() {
         ),
         (
             "backfill",
-            doc! { "find": "sagas", "filter": { "expire_at": null, "status": "completed" },
-            "hint": "expire_at_ttl" },
+            doc! { "find": "sagas", "filter": { "expire_at": null, "status": "completed",
+            "updated_at_ms": { "$type": "long" } }, "hint": "expire_at_ttl", "limit": 1000 },
         ),
         (
             "delete archived",
