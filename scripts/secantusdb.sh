@@ -29,6 +29,12 @@
 #                              counts from the transaction's LAST statement, and an expired
 #                              transaction is reaped only when a transaction command
 #                              (any session) reaches the server.
+#   --stats-seconds N          every N s, one log line `STATS {json}` (stderr, INFO) with the
+#                              server's own timing of each command since the last line, per
+#                              database, command and outcome (ok or the error's codeName, e.g.
+#                              WriteConflict): [count, mean ms, max ms], measured around the
+#                              server's dispatch (parse to reply, lock and GIL waits included).
+#                              The chaos soak passes it (logs/secantusdb.log).
 # SECANTUSDB_DISABLED=<reason>: do nothing, say why on stderr and exit 1 (the launchers
 # then report MongoDB unavailable, and MongoDB tests skip unless REQUIRE_MONGO=1).
 # Useful secantusd-py flags: --standalone (hello without setName; transactions still work;
@@ -106,6 +112,7 @@ empty_config = sys.argv[1]
 parser = argparse.ArgumentParser(prog="scripts/secantusdb.sh", add_help=False, allow_abbrev=False)
 parser.add_argument("--ttl-sweep-seconds", type=float, default=None)
 parser.add_argument("--transaction-lifetime-seconds", type=float, default=None)
+parser.add_argument("--stats-seconds", type=float, default=None)
 ours, rest = parser.parse_known_args(sys.argv[2:])
 if not any(a == "--config" or a.startswith("--config=") for a in rest):
     rest = ["--config", empty_config] + rest
@@ -131,6 +138,37 @@ if ours.transaction_lifetime_seconds is not None:
     extra["transaction_lifetime_seconds"] = ours.transaction_lifetime_seconds
 if extra:
     cli.SecantusDBServer = functools.partial(server.SecantusDBServer, **extra)
+
+if ours.stats_seconds:
+    # The server timing itself: every command through its dispatch, counted per
+    # (database, command, outcome), logged every --stats-seconds.
+    import json, logging, threading, time
+    _stats, _stats_lock, _dispatch = {}, threading.Lock(), server.dispatch
+    def _timed_dispatch(doc, ctx):
+        began = time.perf_counter_ns()
+        result = _dispatch(doc, ctx)
+        took = time.perf_counter_ns() - began
+        name = next(iter(doc), "?")
+        outcome = "ok" if result.get("ok") == 1.0 else str(result.get("codeName", "error"))
+        key = " ".join((ctx.db_name or "-", name, outcome))
+        with _stats_lock:
+            s = _stats.setdefault(key, [0, 0, 0])
+            s[0] += 1
+            s[1] += took
+            s[2] = max(s[2], took)
+        return result
+    server.dispatch = _timed_dispatch
+    def _report():
+        log = logging.getLogger("secantus.stats")
+        while True:
+            time.sleep(ours.stats_seconds)
+            with _stats_lock:
+                snap = dict(_stats)
+                _stats.clear()
+            if snap:
+                log.info("STATS %s", json.dumps({k: [c, round(t / c / 1e6, 1), round(m / 1e6, 1)]
+                                                for k, (c, t, m) in sorted(snap.items())}))
+    threading.Thread(target=_report, name="secantus-stats", daemon=True).start()
 
 _start = server.SecantusDBServer.start
 def start(self):

@@ -89,6 +89,9 @@ pub struct ServerOptions {
     pub transaction_lifetime_seconds: Option<u32>,
     /// Answer `hello` without a replica set name.
     pub standalone: bool,
+    /// Logs the server's own timing of every command (per database,
+    /// command and outcome) every this many seconds (`STATS` lines).
+    pub stats_seconds: Option<u32>,
     /// Appends the server's stderr (its log) here; `None` inherits ours.
     pub log: Option<PathBuf>,
     /// How long to wait for `READY <port>`, virtualenv set-up included.
@@ -105,6 +108,7 @@ impl Default for ServerOptions {
             ttl_sweep_seconds: None,
             transaction_lifetime_seconds: None,
             standalone: false,
+            stats_seconds: None,
             log: None,
             ready_within: Duration::from_secs(300),
         }
@@ -139,6 +143,7 @@ impl ServerOptions {
                 self.transaction_lifetime_seconds,
                 "--transaction-lifetime-seconds",
             ),
+            (self.stats_seconds, "--stats-seconds"),
         ];
         for (value, flag) in numbers {
             if let Some(n) = value {
@@ -352,6 +357,7 @@ mod tests {
             ttl_sweep_seconds: Some(1),
             transaction_lifetime_seconds: Some(5),
             standalone: true,
+            stats_seconds: Some(10),
             ..ServerOptions::default()
         };
         assert_eq!(
@@ -370,6 +376,8 @@ mod tests {
                 "1",
                 "--transaction-lifetime-seconds",
                 "5",
+                "--stats-seconds",
+                "10",
             ]
         );
         // A server logging to a file (the tools' servers) keeps its INFO log.

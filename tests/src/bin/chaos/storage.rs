@@ -269,6 +269,10 @@ fn pick<T>(role: Role, payment: T, inventory: T, orchestrator: T, loyalty: Optio
     }
 }
 
+/// How often the soak's test server logs its own command timings
+/// (`STATS` lines in `logs/secantusdb.log`).
+pub const STATS_SECONDS: u32 = 5;
+
 /// transactionLifetimeLimitSeconds of the soak's test server.
 pub const TRANSACTION_LIFETIME_SECONDS: u32 = 5;
 
@@ -288,6 +292,9 @@ async fn start_server(work: &Path, storage_path: PathBuf) -> Result<MongoServer,
         // The retention pass waits for TTL deletes; mongod's monitor runs
         // every 60 s.
         ttl_sweep_seconds: Some(1),
+        // Its own timing of every command in its log, to tell a slow test
+        // server from a slow client.
+        stats_seconds: Some(STATS_SECONDS),
         ..ServerOptions::default()
     };
     tokio::task::spawn_blocking(move || MongoServer::start(options))
