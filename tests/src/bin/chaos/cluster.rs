@@ -116,6 +116,9 @@ pub struct Proc {
     seed: u64,
     /// Fault counters of earlier lives (participants only).
     pub earlier_faults: FaultCounts,
+    /// How long its last [`Proc::start`] took, from the first spawn until
+    /// it answered (retried spawns included).
+    pub last_ready: Duration,
 }
 
 impl Proc {
@@ -148,6 +151,7 @@ impl Proc {
             starts: 0,
             seed,
             earlier_faults: FaultCounts::default(),
+            last_ready: Duration::ZERO,
         }
     }
 
@@ -321,11 +325,15 @@ impl Proc {
     /// Starts and waits until ready; a start that fails (e.g. the port is
     /// not free yet) is retried a few times.
     pub async fn start(&mut self, limit: Duration) -> Result<(), String> {
+        let began = Instant::now();
         let mut last = String::new();
         for _ in 0..5 {
             self.spawn()?;
             match self.wait_ready(limit).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.last_ready = began.elapsed();
+                    return Ok(());
+                }
                 Err(e) if self.child.is_none() => {
                     last = e;
                     tokio::time::sleep(Duration::from_millis(300)).await;

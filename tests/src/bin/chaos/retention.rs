@@ -222,6 +222,11 @@ async fn drive_and_watch(
         &mut trio.orchestrator,
     ] {
         p.start(START_LIMIT).await?;
+        println!(
+            "chaos: {} ready after {} ms",
+            p.name(),
+            p.last_ready.as_millis()
+        );
     }
     let mut clients = Clients::connect(trio);
     clients.fund().await?;

@@ -53,6 +53,11 @@ pub struct OrchestratorKill {
     /// When it was started again, ms since the epoch.
     #[serde(default)]
     pub restarted_at_ms: i64,
+    /// Kept down for the takeover: how long after the SIGKILL the store
+    /// last held a saga leased to it, ms (`None`: not waited for, or not
+    /// taken over).
+    #[serde(default)]
+    pub taken_over_after_ms: Option<u64>,
 }
 
 /// What happened to the services, for the report.
@@ -242,10 +247,11 @@ impl Services {
             let p = self.get(target);
             p.start(START_LIMIT).await?;
             println!(
-                "chaos: {} pid {} on {} (log {})",
+                "chaos: {} pid {} on {}, ready after {} ms (log {})",
                 p.name(),
                 p.pid().unwrap_or(0),
                 p.addr,
+                p.last_ready.as_millis(),
                 p.log.display()
             );
         }
@@ -361,17 +367,21 @@ impl Services {
                 format!("restarting in {} ms", pause.as_millis())
             }
         );
-        let taken_over = if waits {
-            await_takeover_of(storage, &instance, killed_at, ttl, tally).await
+        let (taken_over, taken_over_after_ms) = if waits {
+            let after = await_takeover_of(storage, &instance, killed_at, ttl, tally).await;
+            (after.is_some(), after.map(|d| d.as_millis() as u64))
         } else {
             tokio::time::sleep(pause).await;
-            in_flight.is_empty() || nothing_leased_to(storage, &instance).await
+            let none_left = in_flight.is_empty() || nothing_leased_to(storage, &instance).await;
+            (none_left, None)
         };
         let down_ms = killed_at.elapsed().as_millis() as u64;
-        let taken_over_note = if waits && taken_over {
-            format!("; its {} saga(s) had been taken over", in_flight.len())
-        } else {
-            String::new()
+        let taken_over_note = match taken_over_after_ms {
+            Some(ms) => format!(
+                "; its {} saga(s) had been taken over {ms} ms after the SIGKILL",
+                in_flight.len()
+            ),
+            None => String::new(),
         };
         let restarted_at_ms = restart_after_kill(p, down_ms, &taken_over_note).await?;
         tally.orchestrator_kill_log.push(OrchestratorKill {
@@ -383,6 +393,7 @@ impl Services {
             down_ms,
             killed_at_ms,
             restarted_at_ms,
+            taken_over_after_ms,
         });
         Ok(())
     }
@@ -507,29 +518,53 @@ async fn nothing_leased_to(storage: &Storage, instance: &str) -> bool {
         .is_ok_and(|left| left.is_empty())
 }
 
+/// How long a takeover may go without progress once the victim's leases
+/// could have expired: no saga changing hands for this long is a failure.
+const TAKEOVER_STALL: Duration = Duration::from_secs(20);
+
 /// Polls the store until no saga is leased to `instance` any more (the
-/// other instances took them over); gives up, recording an event problem,
-/// `ttl` + 20 s after the SIGKILL. Returns whether they were taken over.
+/// other instances took them over); returns how long after the SIGKILL
+/// that was. Their leases run out within `ttl` of the SIGKILL; from then
+/// on each saga is one claim — one write — of a surviving instance, and a
+/// store under load may take a second or more per write, so the wait
+/// scales with the store: it gives up (recording an event problem) only
+/// when [`TAKEOVER_STALL`] passes without a saga changing hands — at
+/// `ttl` + 20 s if none does, 20 s after the last one that did otherwise.
 async fn await_takeover_of(
     storage: &Storage,
     instance: &str,
     killed_at: Instant,
     ttl: Duration,
     tally: &mut Tally,
-) -> bool {
-    let limit = ttl + Duration::from_secs(20);
+) -> Option<Duration> {
+    let mut limit = ttl + TAKEOVER_STALL;
+    let mut fewest = usize::MAX;
     loop {
         match storage.leased_to(instance).await {
-            Ok(left) if left.is_empty() => return true,
-            Ok(_) | Err(_) if killed_at.elapsed() >= limit => {
-                tally.event_problems.push(format!(
-                    "{instance}'s sagas were not all taken over within {} ms of its SIGKILL",
-                    limit.as_millis()
-                ));
-                return false;
+            Ok(left) if left.is_empty() => return Some(killed_at.elapsed()),
+            Ok(left) if left.len() < fewest => {
+                if fewest != usize::MAX {
+                    limit = limit.max(killed_at.elapsed() + TAKEOVER_STALL);
+                }
+                fewest = left.len();
             }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            _ => {}
         }
+        if killed_at.elapsed() >= limit {
+            tally.event_problems.push(format!(
+                "{instance}'s sagas were not all taken over within {} ms of its SIGKILL ({} left, none taken over in the last {} s; lease TTL {} ms)",
+                limit.as_millis(),
+                if fewest == usize::MAX {
+                    "an unknown number (the store could not be read)".to_owned()
+                } else {
+                    fewest.to_string()
+                },
+                TAKEOVER_STALL.as_secs(),
+                ttl.as_millis()
+            ));
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
