@@ -108,11 +108,12 @@ pub struct EngineConfig {
     #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = limits::limit_ms_parser())]
     pub shutdown_grace_ms: u64,
     /// Save the saga after every step, also between a first-attempt
-    /// success and the next action (by default that save is left out: the
-    /// store is at most one step behind, and a claim marks the next step as
-    /// possibly sent). Set it while instances of a version without that
-    /// claim marking (before 2026-12) still run beside this one, or may be
-    /// rolled back to: they would not compensate such a step.
+    /// success and the next action (by default those saves are left out
+    /// while the lease is young: a run of first-attempt successes is saved
+    /// at its end, and a claim marks every step after the stored one as
+    /// possibly sent). Set it while instances of an earlier build still run
+    /// beside this one, or may be rolled back to: they mark at most the one
+    /// step after the stored one, and would not compensate the others.
     #[arg(long, env = "SAVE_EVERY_STEP", default_value_t = false)]
     pub save_every_step: bool,
     /// Longest CreateOrder with `wait` is held when the client sets no

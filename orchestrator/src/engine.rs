@@ -10,9 +10,10 @@
 //!   *i*'s success is recorded. Recording an outcome also records the intent
 //!   of the next step (status `Running`), so a single store write persists
 //!   both. That write may be left out when nothing a crash needs is lost
-//!   ([`may_skip_save`]): the store is then one step behind, and a claim
-//!   marks the step after the stored one as possibly sent
-//!   ([`record_claim`]), so a recovered saga compensates it if it compensates.
+//!   ([`may_skip_save`]): a run of first-attempt successes is saved once,
+//!   at its end, and a claim marks every step after the stored one as
+//!   possibly sent ([`record_claim`]), so a recovered saga compensates them
+//!   if it compensates.
 //! - A refused step applied nothing: it is not compensated; every earlier
 //!   succeeded step is, in reverse order. A step whose outcome stayed unknown
 //!   (retry budget exhausted) *is* compensated too — the participant's
@@ -388,16 +389,17 @@ pub fn record_claim(saga: &mut Saga, lease: Lease, now_ms: i64) {
     inherit_unsaved_intent(saga, now_ms);
 }
 
-/// After a claim: the step after the one whose intent is stored may have
-/// been sent too. The executor does not save between a step's success and
-/// the next step's action when that saves nothing a crash needs
-/// ([`may_skip_save`]): the participants replay a request id's recorded
-/// outcome, so re-running the stored step and then the next one ends the
-/// saga exactly as the first owner would have. What the store cannot say
-/// is whether that next action was sent; it is therefore marked `Running`
-/// here, so that if the saga compensates instead (the replayed step gave
-/// up), the next step is compensated too — a no-op at a participant that
-/// never applied it, a restored effect at one that did.
+/// After a claim: every step after the one whose intent is stored may
+/// have been sent too. The executor does not save between a step's
+/// first-attempt success and the next step's action while that saves
+/// nothing a crash needs ([`may_skip_save`]): the participants replay a
+/// request id's recorded outcome, so re-running the stored step and then
+/// each next one ends the saga exactly as the first owner would have. What
+/// the store cannot say is how far the first owner got: each later step is
+/// therefore marked `Running` here, so that if the saga compensates instead
+/// (a replayed step gave up or was refused), those steps are compensated
+/// too — a no-op at a participant that never saw the step (its barrier
+/// records a null compensation), a restored effect at one that applied it.
 fn inherit_unsaved_intent(saga: &mut Saga, now_ms: i64) {
     if saga.status != SagaStatus::Running {
         return;
@@ -409,42 +411,43 @@ fn inherit_unsaved_intent(saga: &mut Saga, now_ms: i64) {
     else {
         return;
     };
-    let next = stored + 1;
-    if saga.steps.get(next).map(|s| s.status) != Some(StepStatus::Pending) {
-        return;
+    for next in stored + 1..saga.steps.len() {
+        if saga.steps[next].status != StepStatus::Pending {
+            continue;
+        }
+        saga.steps[next].status = StepStatus::Running;
+        push(
+            saga,
+            Some(next),
+            StepStatus::Pending,
+            StepStatus::Running,
+            "may have been sent by the previous owner after its last save".to_owned(),
+            now_ms,
+        );
     }
-    saga.steps[next].status = StepStatus::Running;
-    push(
-        saga,
-        Some(next),
-        StepStatus::Pending,
-        StepStatus::Running,
-        "may have been sent by the previous owner after its last save".to_owned(),
-        now_ms,
-    );
 }
 
 /// Whether the executor may send the next action without saving first,
 /// once the outcome of `work` was recorded: only a forward step's success
 /// (the step `Succeeded`, the saga still running: the next step's intent
-/// began), and only if the store holds the intent of the step that just
-/// succeeded (`stored_this_step`: the last save was not itself skipped), so
-/// the store is never more than one step behind — which is what
-/// [`inherit_unsaved_intent`] assumes after a crash. Every other outcome (a
-/// refusal, a retry, a compensation, the end) is saved before anything else
-/// is sent.
+/// began). A run of such successes is then saved once, at its end — by the
+/// outcome that is not one (a refusal, a retry, the last step, a
+/// compensation), or sooner when the executor's lease grows old — and a
+/// claim marks every step after the stored one as possibly sent
+/// ([`inherit_unsaved_intent`]). So the happy path costs two saga writes,
+/// the creating one and the last, whatever the number of steps. Every other
+/// outcome is saved before anything else is sent.
 ///
 /// And only if the step succeeded at its first attempt: a recovered saga
 /// replays the stored step under that step's deadline (counted from its
 /// first attempt), so a step that had already spent part of it on retries
 /// could give up on replay and cancel a saga that had succeeded. Saved
 /// after a retried step, the store is never behind one.
-pub fn may_skip_save(saga: &Saga, work: Next, stored_this_step: bool) -> bool {
+pub fn may_skip_save(saga: &Saga, work: Next) -> bool {
     let Next::Act(i) = work else {
         return false;
     };
-    stored_this_step
-        && saga.status == SagaStatus::Running
+    saga.status == SagaStatus::Running
         && saga
             .steps
             .get(i)

@@ -554,7 +554,7 @@ fn run_saving(n: usize, fate: impl Fn(usize) -> Fate) -> (usize, Vec<(usize, Sag
     };
     let mut s = start(&MANY[..n], "s".into(), "r".into(), "fp".into(), order, 0);
     let mut stored = s.clone();
-    let (mut saves, mut stored_this_step) = (1, true);
+    let mut saves = 1;
     let mut sent = Vec::new();
     for now in 1..100 {
         let w = next(&s);
@@ -573,12 +573,9 @@ fn run_saving(n: usize, fate: impl Fn(usize) -> Fate) -> (usize, Vec<(usize, Sag
             _ => Outcome::Compensated,
         };
         record(&mut s, w, outcome, now);
-        if may_skip_save(&s, w, stored_this_step) {
-            stored_this_step = false;
-        } else {
+        if !may_skip_save(&s, w) {
             stored = s.clone();
             saves += 1;
-            stored_this_step = true;
         }
     }
     panic!("saga of {n} steps did not end: {s:?}");
@@ -597,10 +594,10 @@ fn claimed(mut s: Saga) -> Saga {
 }
 
 #[test]
-fn the_happy_path_saves_once_per_two_steps_and_once_at_the_end() {
-    for (n, saves) in [(1, 2), (2, 2), (3, 3), (4, 3), (5, 4)] {
+fn the_happy_path_saves_twice_whatever_the_number_of_steps() {
+    for n in 1..=MANY.len() {
         let (made, _) = run_saving(n, |_| Fate::Succeeds);
-        assert_eq!(made, saves, "{n} steps");
+        assert_eq!(made, 2, "{n} steps: the creating write and the last");
     }
     // A failure path saves every transition after the refusal.
     let (made, _) = run_saving(2, |i| {
@@ -613,6 +610,18 @@ fn the_happy_path_saves_once_per_two_steps_and_once_at_the_end() {
     assert_eq!(
         made, 3,
         "create, refusal + refund intent, refunded (the deduct intent was not saved)"
+    );
+    let (made, _) = run_saving(5, |i| {
+        if i == 3 {
+            Fate::Refused
+        } else {
+            Fate::Succeeds
+        }
+    });
+    assert_eq!(
+        made,
+        2 + 3,
+        "create, the refusal with the first compensation's intent, then each of the three compensations"
     );
 }
 
@@ -639,7 +648,7 @@ fn after_a_crash_at_any_send_the_claimed_saga_knows_the_step_may_have_been_sent(
 }
 
 #[test]
-fn a_claim_marks_only_the_step_after_the_stored_one_and_only_once() {
+fn a_claim_marks_every_step_after_the_stored_one_and_only_once() {
     let s = claimed(saga());
     assert_eq!(statuses(&s), [StepStatus::Running, StepStatus::Running]);
     assert_eq!(
@@ -656,17 +665,45 @@ fn a_claim_marks_only_the_step_after_the_stored_one_and_only_once() {
     };
     assert_eq!(marks(&again), 1, "a second claim marks nothing new");
 
+    // Five steps, crashed while the third was sent: the store still holds
+    // the first one's intent, and every later step may have been sent.
     let (_, sent) = run_saving(5, |_| Fate::Succeeds);
     let (_, stored) = &sent[2];
     let s = claimed(stored.clone());
+    assert_eq!(statuses(&s), [StepStatus::Running; 5]);
+    assert_eq!(marks(&s), 4, "one entry per step marked");
+    // A saga saved past its first steps (a retried step is saved) marks
+    // only what follows the stored one.
+    let mut s = start(
+        &MANY[..5],
+        "s".into(),
+        "r".into(),
+        "fp".into(),
+        saga().order,
+        0,
+    );
+    record(
+        &mut s,
+        Next::Act(0),
+        Outcome::Retrying("unavailable".into()),
+        1,
+    );
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
+    record(
+        &mut s,
+        Next::Act(1),
+        Outcome::Retrying("unavailable".into()),
+        3,
+    );
+    let s = claimed(s);
     assert_eq!(
         statuses(&s),
         [
             StepStatus::Succeeded,
-            StepStatus::Succeeded,
             StepStatus::Running,
             StepStatus::Running,
-            StepStatus::Pending
+            StepStatus::Running,
+            StepStatus::Running
         ]
     );
     // A compensating saga was saved at every step since: nothing to mark.
@@ -675,6 +712,22 @@ fn a_claim_marks_only_the_step_after_the_stored_one_and_only_once() {
     record(&mut s, Next::Act(1), Outcome::Refused("no".into()), 3);
     assert_eq!(s.status, SagaStatus::Compensating);
     assert_eq!(statuses(&claimed(s.clone())), statuses(&s));
+}
+
+#[test]
+fn a_claimed_saga_of_many_steps_that_compensates_undoes_every_possibly_sent_step_in_reverse() {
+    let (_, sent) = run_saving(4, |_| Fate::Succeeds);
+    let (_, stored) = &sent[3];
+    let mut s = claimed(stored.clone());
+    record(&mut s, Next::Act(0), Outcome::Succeeded, 600);
+    record(&mut s, Next::Act(1), Outcome::Refused("no".into()), 601);
+    let mut undone = Vec::new();
+    while let Next::Compensate(i) = next(&s) {
+        undone.push(i);
+        record(&mut s, Next::Compensate(i), Outcome::Compensated, 602);
+    }
+    assert_eq!(undone, [3, 2, 0], "the refused step applied nothing");
+    assert_eq!(s.status, SagaStatus::Cancelled);
 }
 
 #[test]
@@ -708,16 +761,12 @@ fn a_claimed_saga_that_compensates_undoes_the_possibly_sent_step_first() {
 }
 
 #[test]
-fn only_a_first_attempt_success_whose_intent_is_stored_may_go_unsaved() {
+fn only_a_first_attempt_success_may_go_unsaved() {
     let mut s = saga();
     record(&mut s, Next::Act(0), Outcome::Succeeded, 2);
-    assert!(may_skip_save(&s, Next::Act(0), true));
-    assert!(
-        !may_skip_save(&s, Next::Act(0), false),
-        "the store would be two steps behind"
-    );
+    assert!(may_skip_save(&s, Next::Act(0)));
     record(&mut s, Next::Act(1), Outcome::Succeeded, 3);
-    assert!(!may_skip_save(&s, Next::Act(1), true), "the end is saved");
+    assert!(!may_skip_save(&s, Next::Act(1)), "the end is saved");
 
     // A step that needed retries spent part of its deadline: saved, so a
     // recovered saga never replays it with little of the deadline left.
@@ -730,11 +779,11 @@ fn only_a_first_attempt_success_whose_intent_is_stored_may_go_unsaved() {
     );
     record(&mut s, Next::Act(0), Outcome::Succeeded, 3);
     assert_eq!(s.status, SagaStatus::Running);
-    assert!(!may_skip_save(&s, Next::Act(0), true));
+    assert!(!may_skip_save(&s, Next::Act(0)));
 
     let mut s = saga();
     record(&mut s, Next::Act(0), Outcome::Refused("no".into()), 2);
-    assert!(!may_skip_save(&s, Next::Act(0), true));
+    assert!(!may_skip_save(&s, Next::Act(0)));
 }
 
 #[test]

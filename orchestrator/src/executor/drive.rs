@@ -18,9 +18,6 @@ struct Progress {
     /// backoff sequence.
     current: Next,
     backoff: backon::ExponentialBackoff,
-    /// Whether the store holds the intent of the step now running (the
-    /// last save was not left out).
-    stored_this_step: bool,
 }
 
 impl Executor {
@@ -30,9 +27,6 @@ impl Executor {
             driven_since_ms: self.now_ms(),
             current: Next::Done,
             backoff: self.policy.backoff(),
-            // Every caller saved the saga right before driving it: the
-            // store holds the intent of the step about to run.
-            stored_this_step: true,
         };
         loop {
             let work = engine::next(&saga);
@@ -70,15 +64,13 @@ impl Executor {
                 continue;
             }
             if !self.save_every_step
-                && engine::may_skip_save(&saga, work, progress.stored_this_step)
+                && engine::may_skip_save(&saga, work)
                 && self.lease_is_young(&saga)
             {
                 // Not published: watchers see saved versions only.
-                progress.stored_this_step = false;
                 continue;
             }
             self.persist(&mut saga).await?;
-            progress.stored_this_step = true;
             self.hub.publish(&saga);
             if retrying {
                 let delay = progress.backoff.next().unwrap_or(self.policy.max_delay);

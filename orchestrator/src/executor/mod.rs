@@ -180,12 +180,14 @@ impl Executor {
 
     /// Whether the saga's stored lease was granted no more than
     /// [`RetryPolicy::longest_sleep`] ago: the condition for leaving a save
-    /// out ([`engine::may_skip_save`]). The next action then ends in a save
-    /// within the connect and call timeouts, so no save comes later after
-    /// the lease was granted than the longest gap the TTL is checked
-    /// against at start-up (a backoff sleep, a connect and a call) — the
-    /// lease still cannot run out under a live owner. Counted from the
-    /// lease, not from the save's end: a slow store write eats into it.
+    /// out ([`engine::may_skip_save`]). A skipped save does not renew the
+    /// lease, so the next action ends in a save within the connect and call
+    /// timeouts unless the lease is still this young then: no save comes
+    /// later after the lease was granted than the longest gap the TTL is
+    /// checked against at start-up (a backoff sleep, a connect and a call),
+    /// however many steps are left unsaved in a row — the lease still
+    /// cannot run out under a live owner. Counted from the lease, not from
+    /// the save's end: a slow store write eats into it.
     fn lease_is_young(&self, saga: &Saga) -> bool {
         let young = i64::try_from(self.policy.longest_sleep().as_millis()).unwrap_or(0);
         saga.lease
