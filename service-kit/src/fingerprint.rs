@@ -14,15 +14,21 @@
 //! `[name, value]` pairs, flattened (`lines`, `lines[0].product_id`, …).
 
 use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::sync::Arc;
 
 /// Longest readable description kept for display; the digest always covers
 /// the full description.
 const MAX_DESCRIPTION: usize = 256;
 
 /// Digest, readable description and named fields of one request's
-/// parameters.
+/// parameters. Cheap to clone (shared): a participant's transaction takes
+/// it again on every attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprint {
+pub struct Fingerprint(Arc<Parts>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Parts {
     digest: String,
     description: String,
     fields: Vec<(String, String)>,
@@ -48,7 +54,33 @@ impl Fingerprint {
         digest_fields: impl IntoIterator<Item = (&'a str, String)>,
         fields: Vec<(String, String)>,
     ) -> Self {
-        let mut description = describe(digest_fields);
+        Self::from_description(describe(digest_fields), fields)
+    }
+
+    /// The named `fields`, the digest over them with each value quoted as
+    /// Rust's `{:?}` quotes a string (`name="value" …`, so no value can
+    /// pass for a field boundary): [`Fingerprint::with_fields`] with
+    /// `(name, format!("{value:?}"))` as its digest fields, without a
+    /// string allocated per field.
+    pub fn quoted(fields: Vec<(String, String)>) -> Self {
+        let mut description = String::with_capacity(
+            fields
+                .iter()
+                .map(|(name, value)| name.len() + value.len() + 4)
+                .sum(),
+        );
+        for (name, value) in &fields {
+            if !description.is_empty() {
+                description.push(' ');
+            }
+            description.push_str(name);
+            description.push('=');
+            push_quoted(&mut description, value);
+        }
+        Self::from_description(description, fields)
+    }
+
+    fn from_description(mut description: String, fields: Vec<(String, String)>) -> Self {
         let digest = hex::encode(Sha256::digest(description.as_bytes()));
         if description.len() > MAX_DESCRIPTION {
             let mut cut = MAX_DESCRIPTION;
@@ -58,11 +90,11 @@ impl Fingerprint {
             description.truncate(cut);
             description.push('…');
         }
-        Fingerprint {
+        Fingerprint(Arc::new(Parts {
             digest,
             description,
             fields,
-        }
+        }))
     }
 
     /// The digest of [`Fingerprint::with_fields`] alone, for a caller that
@@ -74,22 +106,22 @@ impl Fingerprint {
 
     /// The hex digest that decides "same parameters".
     pub fn as_str(&self) -> &str {
-        &self.digest
+        &self.0.digest
     }
 
     /// The readable parameters, possibly shortened.
     pub fn describe(&self) -> &str {
-        &self.description
+        &self.0.description
     }
 
     /// The named fields.
     pub fn fields(&self) -> &[(String, String)] {
-        &self.fields
+        &self.0.fields
     }
 
     /// The named fields as stored with a record (a JSON array of pairs).
     pub fn encode_fields(&self) -> String {
-        serde_json::to_string(&self.fields).unwrap_or_default()
+        serde_json::to_string(&self.0.fields).unwrap_or_default()
     }
 
     /// What differs between the parameters a record stored (`recorded`, as
@@ -97,10 +129,25 @@ impl Fingerprint {
     /// older version stored) and these, for a refusal message.
     pub fn difference(&self, recorded: &str) -> String {
         match serde_json::from_str::<Vec<(String, String)>>(recorded) {
-            Ok(recorded) => first_difference(&recorded, &self.fields)
+            Ok(recorded) => first_difference(&recorded, &self.0.fields)
                 .unwrap_or_else(|| "the parameters differ".to_owned()),
             Err(_) => format!("{recorded} recorded, {} received", self.describe()),
         }
+    }
+}
+
+/// Appends `value` as `format!("{value:?}")` writes it: in double quotes,
+/// escaped. Ids and numbers need no escape and are copied as they are.
+fn push_quoted(out: &mut String, value: &str) {
+    let plain = value
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
+    if plain {
+        out.push('"');
+        out.push_str(value);
+        out.push('"');
+    } else {
+        let _ = write!(out, "{value:?}");
     }
 }
 
@@ -205,6 +252,25 @@ mod tests {
             Fingerprint::digest_of([("customer_id", "alice".into())]),
             hex::encode(Sha256::digest(b"customer_id=alice"))
         );
+    }
+
+    /// `quoted` is `with_fields` over `{:?}`-quoted values, byte for byte,
+    /// for plain values and for ones that need escaping.
+    #[test]
+    fn quoted_fields_digest_as_their_debug_form() {
+        for value in ["alice", "a b=c", "say \"hi\"", "back\\slash", "tab\t", "é\u{200B}", ""] {
+            let fields = vec![
+                ("saga_id".to_owned(), "s-1".to_owned()),
+                ("customer_id".to_owned(), value.to_owned()),
+            ];
+            let expected = Fingerprint::with_fields(
+                fields
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), format!("{value:?}"))),
+                fields.clone(),
+            );
+            assert_eq!(Fingerprint::quoted(fields), expected, "{value:?}");
+        }
     }
 
     #[test]

@@ -70,6 +70,24 @@ pub fn is_invisible_format(c: char) -> bool {
 /// never succeed. The problem names the first offending character by its
 /// code point and byte offset, since it may be invisible.
 pub fn id_problem(value: &str) -> Option<String> {
+    // Nearly every id is printable ASCII: one pass over its bytes decides
+    // it (no control byte, no space at either end), with no Unicode table
+    // looked at. Anything else is judged by the full rule below.
+    let bytes = value.as_bytes();
+    if !bytes.is_empty()
+        && bytes.len() <= MAX_ID_BYTES
+        && bytes.iter().all(|&b| (b' '..=b'~').contains(&b))
+        && bytes[0] != b' '
+        && bytes[bytes.len() - 1] != b' '
+    {
+        return None;
+    }
+    full_rule_problem(value)
+}
+
+/// [`id_problem`] without its printable-ASCII shortcut: every clause,
+/// looked at one by one.
+fn full_rule_problem(value: &str) -> Option<String> {
     if value.is_empty() {
         return Some("must not be empty".to_owned());
     }
@@ -245,6 +263,33 @@ mod tests {
         assert_eq!(bad_fields(&empty), ["customer_id"]);
         let padded = id("items[0].product_id", " sku").unwrap_err();
         assert_eq!(bad_fields(&padded), ["items[0].product_id"]);
+    }
+
+    /// The printable-ASCII shortcut decides exactly as the full rule:
+    /// every string of up to three characters from ASCII's edges (space,
+    /// tab, controls, DEL, printable) and a few others.
+    #[test]
+    fn the_ascii_shortcut_agrees_with_the_full_rule() {
+        let chars = [' ', '\t', '\u{0}', '\u{7f}', '~', 'a', '-', 'é', '\u{200B}', '\u{3000}'];
+        let mut checked = 0;
+        for a in chars {
+            for b in chars {
+                for c in chars {
+                    for s in [
+                        a.to_string(),
+                        format!("{a}{b}"),
+                        format!("{a}{b}{c}"),
+                    ] {
+                        assert_eq!(id_problem(&s), full_rule_problem(&s), "{s:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 3 * chars.len().pow(3));
+        for s in ["x".repeat(MAX_ID_BYTES), "x".repeat(MAX_ID_BYTES + 1), String::new()] {
+            assert_eq!(id_problem(&s), full_rule_problem(&s), "{} bytes", s.len());
+        }
     }
 
     #[test]

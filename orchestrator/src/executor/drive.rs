@@ -114,7 +114,7 @@ impl Executor {
         let outcome = self.policy.decide(call, reply);
         metrics::histogram!(
             "saga_step_duration_seconds",
-            "step" => step.name.clone(),
+            "step" => calls.name(),
             "phase" => phase.as_str(),
             "outcome" => outcome.as_str()
         )

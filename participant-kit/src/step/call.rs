@@ -141,12 +141,11 @@ impl StepCall {
     /// named as the wire names it (`order.lines[0].quantity`).
     pub fn fingerprint(&self) -> Fingerprint {
         let order = &self.order;
-        let mut fields = vec![
-            ("saga_id".to_owned(), self.saga_id.clone()),
-            ("step".to_owned(), self.step.clone()),
-            ("order.order_id".to_owned(), order.order_id.clone()),
-            ("order.customer_id".to_owned(), order.customer_id.clone()),
-        ];
+        let mut fields = Vec::with_capacity(6 + 3 * order.lines.len());
+        fields.push(("saga_id".to_owned(), self.saga_id.clone()));
+        fields.push(("step".to_owned(), self.step.clone()));
+        fields.push(("order.order_id".to_owned(), order.order_id.clone()));
+        fields.push(("order.customer_id".to_owned(), order.customer_id.clone()));
         for (i, line) in order.lines.iter().enumerate() {
             let field = |name: &str| format!("order.lines[{i}].{name}");
             fields.push((field("product_id"), line.product_id.clone()));
@@ -160,16 +159,7 @@ impl StepCall {
         ));
         // Values quoted in the digest, so no value can pass for a field
         // boundary (`"a b=c"` is one value).
-        let digest: Vec<(String, String)> = fields
-            .iter()
-            .map(|(name, value)| (name.clone(), format!("{value:?}")))
-            .collect();
-        Fingerprint::with_fields(
-            digest
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.clone())),
-            fields,
-        )
+        Fingerprint::quoted(fields)
     }
 }
 
