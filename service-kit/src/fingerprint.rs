@@ -120,8 +120,30 @@ impl Fingerprint {
     }
 
     /// The named fields as stored with a record (a JSON array of pairs).
+    /// Written here rather than by serde: every first call of a
+    /// participant stores it, and its names and values are nearly always
+    /// plain ASCII that JSON takes as it is.
     pub fn encode_fields(&self) -> String {
-        serde_json::to_string(&self.0.fields).unwrap_or_default()
+        let fields = &self.0.fields;
+        let mut out = String::with_capacity(
+            2 + fields
+                .iter()
+                .map(|(name, value)| name.len() + value.len() + 8)
+                .sum::<usize>(),
+        );
+        out.push('[');
+        for (i, (name, value)) in fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('[');
+            push_json_string(&mut out, name);
+            out.push(',');
+            push_json_string(&mut out, value);
+            out.push(']');
+        }
+        out.push(']');
+        out
     }
 
     /// What differs between the parameters a record stored (`recorded`, as
@@ -148,6 +170,21 @@ fn push_quoted(out: &mut String, value: &str) {
         out.push('"');
     } else {
         let _ = write!(out, "{value:?}");
+    }
+}
+
+/// Appends `value` as a JSON string: as it is between quotes when it needs
+/// no escape, else as serde_json writes it.
+fn push_json_string(out: &mut String, value: &str) {
+    let plain = value
+        .bytes()
+        .all(|b| b >= b' ' && b != b'"' && b != b'\\' && b != 0x7f);
+    if plain {
+        out.push('"');
+        out.push_str(value);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(value).unwrap_or_default());
     }
 }
 
@@ -271,6 +308,23 @@ mod tests {
             );
             assert_eq!(Fingerprint::quoted(fields), expected, "{value:?}");
         }
+    }
+
+    /// The stored fields are the JSON serde writes, byte for byte, and
+    /// read back as they were, whatever their values hold.
+    #[test]
+    fn encoded_fields_are_serdes_json() {
+        let values = ["plain", "", "quote \"", "back\\slash", "nl\n", "del\u{7f}", "é ✓", "\u{0}"];
+        let fields: Vec<(String, String)> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("f[{i}]"), (*v).to_owned()))
+            .collect();
+        let fp = Fingerprint::quoted(fields.clone());
+        assert_eq!(fp.encode_fields(), serde_json::to_string(&fields).unwrap());
+        let back: Vec<(String, String)> = serde_json::from_str(&fp.encode_fields()).unwrap();
+        assert_eq!(back, fields);
+        assert_eq!(Fingerprint::quoted(Vec::new()).encode_fields(), "[]");
     }
 
     #[test]
