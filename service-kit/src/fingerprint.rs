@@ -295,7 +295,15 @@ mod tests {
     /// for plain values and for ones that need escaping.
     #[test]
     fn quoted_fields_digest_as_their_debug_form() {
-        for value in ["alice", "a b=c", "say \"hi\"", "back\\slash", "tab\t", "é\u{200B}", ""] {
+        for value in [
+            "alice",
+            "a b=c",
+            "say \"hi\"",
+            "back\\slash",
+            "tab\t",
+            "é\u{200B}",
+            "",
+        ] {
             let fields = vec![
                 ("saga_id".to_owned(), "s-1".to_owned()),
                 ("customer_id".to_owned(), value.to_owned()),
@@ -314,7 +322,16 @@ mod tests {
     /// read back as they were, whatever their values hold.
     #[test]
     fn encoded_fields_are_serdes_json() {
-        let values = ["plain", "", "quote \"", "back\\slash", "nl\n", "del\u{7f}", "é ✓", "\u{0}"];
+        let values = [
+            "plain",
+            "",
+            "quote \"",
+            "back\\slash",
+            "nl\n",
+            "del\u{7f}",
+            "é ✓",
+            "\u{0}",
+        ];
         let fields: Vec<(String, String)> = values
             .iter()
             .enumerate()
