@@ -270,16 +270,14 @@ mod tests {
     /// tab, controls, DEL, printable) and a few others.
     #[test]
     fn the_ascii_shortcut_agrees_with_the_full_rule() {
-        let chars = [' ', '\t', '\u{0}', '\u{7f}', '~', 'a', '-', 'é', '\u{200B}', '\u{3000}'];
+        let chars = [
+            ' ', '\t', '\u{0}', '\u{7f}', '~', 'a', '-', 'é', '\u{200B}', '\u{3000}',
+        ];
         let mut checked = 0;
         for a in chars {
             for b in chars {
                 for c in chars {
-                    for s in [
-                        a.to_string(),
-                        format!("{a}{b}"),
-                        format!("{a}{b}{c}"),
-                    ] {
+                    for s in [a.to_string(), format!("{a}{b}"), format!("{a}{b}{c}")] {
                         assert_eq!(id_problem(&s), full_rule_problem(&s), "{s:?}");
                         checked += 1;
                     }
@@ -287,7 +285,11 @@ mod tests {
             }
         }
         assert_eq!(checked, 3 * chars.len().pow(3));
-        for s in ["x".repeat(MAX_ID_BYTES), "x".repeat(MAX_ID_BYTES + 1), String::new()] {
+        for s in [
+            "x".repeat(MAX_ID_BYTES),
+            "x".repeat(MAX_ID_BYTES + 1),
+            String::new(),
+        ] {
             assert_eq!(id_problem(&s), full_rule_problem(&s), "{} bytes", s.len());
         }
     }
