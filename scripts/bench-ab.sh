@@ -9,13 +9,14 @@
 # 8 s runs understate the steady-state p99) in the order A B B A and
 # then the idle single saga (`--single -n 2000`) in the order B A A B: on these machines the
 # first run after a pause is systematically faster, so a fixed A B order biases the result
-# by as much as the changes being measured. With NAIVE=<naive-baseline binary> the yardstick
+# by as much as the changes being measured. STEPS=N runs sagas of N steps (loadgen --steps; both
+# DIRs then need loyalty-svc too). With NAIVE=<naive-baseline binary> the yardstick
 # runs once per round before each phase (its figures are printed, not parsed). Prints the
 # median (min–max) of every figure per build and keeps the raw JSON lines in $OUT.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 a=$(cd "$1" && pwd)
@@ -32,6 +33,7 @@ done
 run() { # name dir mode round seq
     local args
     if [ "$3" = c64 ]; then args=(--concurrency 64 --duration "${DURATION:-8}"); else args=(--single -n 2000); fi
+    if [ -n "${STEPS:-}" ]; then args+=(--steps "$STEPS"); fi
     "$2/loadgen" "${args[@]}" --no-store-size 2>&1 | grep '^loadgen-json:' \
         > "$out/$1-$3-$4-$5.json" || { echo "bench-ab: loadgen failed ($1 $3)" >&2; exit 1; }
 }

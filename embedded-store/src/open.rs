@@ -27,6 +27,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The write connection's page cache, in KiB (`PRAGMA cache_size`).
+pub const CACHE_KIB: i64 = 2_048;
+
 /// How long a connection waits for a lock another connection holds before
 /// a statement (opening included) fails as busy.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -141,8 +144,14 @@ fn prepare(
         "wal_autocheckpoint",
         checkpointer::WRITER_CHECKPOINT_PAGES,
     )?;
-    // Enough page cache that hot index pages stay in memory.
-    conn.pragma_update(None, "cache_size", -8_000)?;
+    // Enough page cache that hot index pages stay in memory, and no more:
+    // SQLite walks the writer's whole page cache at the end of every
+    // transaction in which a B-tree page split renumbered pages (they pass
+    // through the lock-byte page's number, which leaves the cache's
+    // largest key past the end of the file), and splits come with nearly
+    // every group commit of growing saga documents. At 8 MB that walk was
+    // 2-4% of the orchestrator's CPU at concurrency 64 (BENCHMARKS.md).
+    conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(64);
     conn.execute_batch(schema)?;
