@@ -77,7 +77,8 @@ export function mediaStep({ storeUrl, callTimeoutMs = 2000 }) {
       }
       for (const [line, key] of keys.entries()) {
         const product = call.order.lines[line];
-        const status = await request('PUT', key, deadline, JSON.stringify({ saga_id: call.saga_id, ...product }));
+        const object = { request_id: call.request_id, saga_id: call.saga_id, line_index: line, ...product };
+        const status = await request('PUT', key, deadline, JSON.stringify(object));
         if (status !== 201 && status !== 200) throw new Unavailable(`media store PUT answered ${status}`);
       }
       return applied(`${keys.length} objects uploaded`, { keys });

@@ -18,14 +18,31 @@
  *                `release()`: then apply it and answer (a late PUT landing)
  *   'holdReply'  apply at once, answer only at `release()` (a crash of the
  *                caller between the effect and its commit)
+ *
+ * With `admin: true` (the store run as a process, src/store-main.js, for
+ * the Rust tests) the same controls are HTTP routes:
+ *   POST   /admin/faults?method=PUT&mode=fail[&times=N]  (no times: until cleared)
+ *   DELETE /admin/faults                                 clear every fault
+ *   POST   /admin/release                                {"released": n}
+ *   GET    /admin/state   {"objects": [{key, body, created_at}], "counts",
+ *                          "created": {key: times created}, "injected":
+ *                          {mode: n}, "held": [{method, key, client_gone_at}]}
+ * `client_gone_at` (ms since the epoch, or null) is when the caller of a
+ * held request closed its connection: null while it still waits.
  */
 import http from 'node:http';
 
-export async function startMediaStore({ port = 0, host = '127.0.0.1' } = {}) {
+const MODES = ['fail', 'hang', 'lose', 'hold', 'holdReply'];
+
+export async function startMediaStore({ port = 0, host = '127.0.0.1', admin = false } = {}) {
   const objects = new Map();
   const faults = { PUT: [], DELETE: [], GET: [] };
   const held = [];
   const counts = { PUT: 0, DELETE: 0, GET: 0, created: 0, deleted: 0 };
+  /** How often each key was created (more than once: deleted, then uploaded again). */
+  const created = new Map();
+  /** Requests that got each injected fault. */
+  const injected = Object.fromEntries(MODES.map((m) => [m, 0]));
   const sockets = new Set();
   let heldWaiters = [];
 
@@ -49,6 +66,7 @@ export async function startMediaStore({ port = 0, host = '127.0.0.1' } = {}) {
       const object = { key, body, created_at: new Date().toISOString() };
       objects.set(key, object);
       counts.created += 1;
+      created.set(key, (created.get(key) ?? 0) + 1);
       return { status: 201, body: object };
     }
     if (method === 'DELETE') {
@@ -71,11 +89,57 @@ export async function startMediaStore({ port = 0, host = '127.0.0.1' } = {}) {
     res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
   }
 
+  /** Holds a request until `release()`, noting when its caller hangs up (if it does). */
+  function hold(req, method, key, release) {
+    const entry = { release, method, key, clientGoneAt: null };
+    req.socket.once('close', () => {
+      entry.clientGoneAt = Date.now();
+    });
+    held.push(entry);
+    notifyHeld();
+  }
+
+  /** The admin routes (`admin: true`); false when `url` is not one. */
+  function adminRoute(req, res, url) {
+    const route = `${req.method} ${url.pathname}`;
+    if (route === 'POST /admin/faults') {
+      const method = url.searchParams.get('method');
+      const mode = url.searchParams.get('mode');
+      const times = url.searchParams.has('times') ? Number(url.searchParams.get('times')) : Infinity;
+      if (!Object.hasOwn(faults, method ?? '') || !MODES.includes(mode) || !(times === Infinity || (Number.isSafeInteger(times) && times > 0))) {
+        reply(res, { status: 400, body: { error: 'method=PUT|DELETE|GET, mode=' + MODES.join('|') + ', times a positive integer' } });
+      } else {
+        faults[method].push({ mode, times });
+        reply(res, { status: 204, body: null });
+      }
+    } else if (route === 'DELETE /admin/faults') {
+      store.clearFaults();
+      reply(res, { status: 204, body: null });
+    } else if (route === 'POST /admin/release') {
+      reply(res, { status: 200, body: { released: store.release() } });
+    } else if (route === 'GET /admin/state') {
+      reply(res, {
+        status: 200,
+        body: {
+          objects: [...objects.values()],
+          counts,
+          created: Object.fromEntries(created),
+          injected,
+          held: held.map((h) => ({ method: h.method, key: h.key, client_gone_at: h.clientGoneAt })),
+        },
+      });
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   const server = http.createServer((req, res) => {
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       const url = new URL(req.url, 'http://store');
+      if (admin && url.pathname.startsWith('/admin/') && adminRoute(req, res, url)) return;
       const match = /^\/objects(?:\/([^/]+))?$/.exec(url.pathname);
       const method = req.method;
       if (!match || !(method in faults) || (method !== 'GET' && !match[1])) {
@@ -86,26 +150,24 @@ export async function startMediaStore({ port = 0, host = '127.0.0.1' } = {}) {
       const body = chunks.length ? Buffer.concat(chunks).toString('utf8') : '';
       counts[method] += 1;
       const mode = takeFault(method);
+      if (mode) injected[mode] += 1;
       switch (mode) {
         case 'fail':
           reply(res, { status: 500, body: { error: 'injected failure' } });
           return;
         case 'hang':
-          held.push({ release: () => req.socket.destroy(), method, key });
-          notifyHeld();
+          hold(req, method, key, () => req.socket.destroy());
           return;
         case 'lose':
           apply(method, key, body);
           req.socket.destroy();
           return;
         case 'hold':
-          held.push({ release: () => reply(res, apply(method, key, body)), method, key });
-          notifyHeld();
+          hold(req, method, key, () => reply(res, apply(method, key, body)));
           return;
         case 'holdReply': {
           const result = apply(method, key, body);
-          held.push({ release: () => reply(res, result), method, key });
-          notifyHeld();
+          hold(req, method, key, () => reply(res, result));
           return;
         }
         default:
@@ -130,7 +192,7 @@ export async function startMediaStore({ port = 0, host = '127.0.0.1' } = {}) {
   });
   const address = server.address();
 
-  return {
+  const store = {
     url: `http://${host}:${address.port}`,
     port: address.port,
     objects,
@@ -170,4 +232,5 @@ export async function startMediaStore({ port = 0, host = '127.0.0.1' } = {}) {
       await new Promise((resolve) => server.close(() => resolve()));
     },
   };
+  return store;
 }
