@@ -22,7 +22,8 @@
 //! - Generic steps (`participant.v1.SagaStepService`): [`generic_step`]
 //!   and [`saga_with_steps`] build the saga of a steps file; [`loyalty`]
 //!   starts loyalty-svc in-process, [`shipping`] the NestJS participant as
-//!   a child process; [`on_every_backend_bare!`] gives a scenario both
+//!   a child process, [`media_upload`] the media-upload step and its fake
+//!   media store as two; [`on_every_backend_bare!`] gives a scenario both
 //!   participants and no orchestrator, so it starts the one its steps need.
 //! - [`mongo_server`] launches the MongoDB test server (SecantusDB) for the
 //!   tests and the tools (`src/bin/chaos`, `src/bin/loadgen`); [`process`]
@@ -41,6 +42,7 @@ pub mod harness;
 pub mod http;
 pub mod intercepted_store;
 pub mod loyalty;
+pub mod media_upload;
 pub mod mongo_server;
 pub mod otlp_receiver;
 pub mod process;
