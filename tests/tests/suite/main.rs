@@ -34,6 +34,7 @@ mod documented_metrics;
 mod faults;
 mod generic_steps;
 mod id_rule;
+mod media_upload_step;
 mod mongo_killed_in_transaction;
 mod mongo_outage;
 mod opentelemetry;
