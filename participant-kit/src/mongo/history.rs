@@ -25,12 +25,22 @@ use mongodb::{ClientSession, Collection, Database};
 pub struct HistoryDb {
     db: Database,
     keep: std::time::Duration,
+    limit: super::ConflictLimit,
 }
 
 impl HistoryDb {
     /// Records in `db` expire `keep` after they were recorded.
     pub fn new(db: Database, keep: std::time::Duration) -> Self {
-        HistoryDb { db, keep }
+        HistoryDb {
+            db,
+            keep,
+            limit: super::ConflictLimit::default(),
+        }
+    }
+
+    /// How many of this participant's transactions run at once.
+    pub fn limit(&self) -> &super::ConflictLimit {
+        &self.limit
     }
 
     /// The database.

@@ -7,6 +7,8 @@
 //!   `ListOperations` and of a subject's recent records.
 //! - `counter`: balances and stock moved by one conditional statement each
 //!   ([`MongoHistory::take`], [`MongoHistory::add`], ...).
+//! - `conflict_limit`: how many transactions run at once, halved by each
+//!   write conflict and raised by each commit ([`ConflictLimit`]).
 //! - `transaction`: [`transact`], the one transaction runner of both
 //!   participants, and [`participant_error`], how a driver error reaches a
 //!   caller.
@@ -16,11 +18,13 @@
 //! lets the server delete it some time after that date. A changed
 //! retention applies to records written from then on.
 
+mod conflict_limit;
 mod counter;
 mod history;
 mod indexes;
 mod transaction;
 
+pub use conflict_limit::{ConflictLimit, MAX_TRANSACTIONS, Permit};
 pub use counter::counter_in;
 pub use history::{HistoryDb, MongoHistory, from_document, recent_for_subject, records_of};
 pub use indexes::{

@@ -3,11 +3,11 @@
 
 use super::{HistoryDb, MongoHistory};
 use crate::{Admission, Failure, ParticipantError};
-use futures::FutureExt;
 use futures::future::BoxFuture;
 use mongodb::ClientSession;
-use mongodb::error::Error;
+use mongodb::error::{Error, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::options::ReadConcern;
+use std::time::{Duration, Instant};
 
 /// A rule over the open transaction: `apply(tx, input, admission)`.
 pub type Apply<I, R> = for<'a> fn(
@@ -36,10 +36,11 @@ enum Escape {
 /// documents, and a single-document update cannot make both atomic. The
 /// transaction reads at snapshot (unless the URI set a read concern) and
 /// commits with the client's write concern (majority + journal unless the
-/// URI says otherwise; see `mongo_client::connect`). The driver's `and_run`
-/// retries the whole rule on TransientTransactionError (e.g. a WriteConflict
-/// when two calls with the same request id race) and retries an unknown
-/// commit result. As in `crate::sqlite::transact`: when the rule finds its
+/// URI says otherwise; see `mongo_client::connect`). `run` retries the
+/// whole rule on TransientTransactionError (e.g. a WriteConflict when two
+/// calls with the same request id race, or many calls charge one account)
+/// after a jittered pause, and retries an unknown commit result. As in
+/// `crate::sqlite::transact`: when the rule finds its
 /// key taken the transaction is aborted and `replay` answers from the record
 /// in a second transaction; when it finds a business refusal after part of
 /// its effect, it is aborted and `apply` runs again with
@@ -91,7 +92,30 @@ where
         })
 }
 
+/// The first pause before a transaction that met a TransientTransactionError
+/// runs again; each later one doubles, up to [`MAX_CONFLICT_PAUSE`], and the
+/// pause taken is drawn at random below it ("full jitter").
+const FIRST_CONFLICT_PAUSE: Duration = Duration::from_millis(5);
+/// The longest pause between two runs of a conflicting transaction.
+const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(500);
+/// How long a rule is run again on transient errors before the last one is
+/// answered (UNAVAILABLE): the driver's own `withTransaction` limit. A
+/// caller's deadline ends the call sooner (the request is dropped).
+const RETRY_TRANSIENT_FOR: Duration = Duration::from_secs(120);
+
 /// One transaction of `rule` over `context`: its reply, or how it escaped.
+///
+/// Why not the driver's `and_run`: it runs a transaction again at once
+/// after a TransientTransactionError. When many calls write one document
+/// (a hot account or product), every one of them but the winner conflicts,
+/// and all run again together, so they conflict again. Here each run holds
+/// a permit of the database's [`ConflictLimit`](super::ConflictLimit),
+/// which conflicts lower, and a conflicted run gives its permit back and
+/// waits a random pause, growing with each conflict, before it runs again
+/// (the backoff of the MongoDB drivers' transactions specification since
+/// 2025). On the MongoDB test server 100 orders of one customer and one
+/// product went from 4-25 completed in 20 s to all in ~5 s
+/// (`tests/tests/hot_documents.rs`).
 async fn run<C, R, F>(
     db: &HistoryDb,
     session: &mut ClientSession,
@@ -105,30 +129,66 @@ where
         + Send
         + Sync,
 {
-    let mut transaction = session.start_transaction();
-    if db.db().read_concern().is_none() {
-        transaction = transaction.read_concern(ReadConcern::snapshot());
-    }
-    let outcome = transaction
-        .and_run((db, context, &rule), |session, (db, context, rule)| {
-            async move {
-                let mut tx = MongoHistory::new(db, session);
-                rule(&mut tx, context)
-                    .await
-                    .map_err(|failure| match failure {
-                        Failure::Store(e) => e,
-                        Failure::Refused(e) => Error::custom(Escape::Refused(e)),
-                        Failure::Taken => Error::custom(Escape::Taken),
-                        Failure::RollBack => Error::custom(Escape::RollBack),
-                    })
+    let started = Instant::now();
+    let mut pause = FIRST_CONFLICT_PAUSE;
+    loop {
+        let permit = db.limit().acquire().await;
+        let mut start = session.start_transaction();
+        if db.db().read_concern().is_none() {
+            start = start.read_concern(ReadConcern::snapshot());
+        }
+        start
+            .await
+            .map_err(|e| Escape::Refused(participant_error(e)))?;
+        let applied = {
+            let mut tx = MongoHistory::new(db, session);
+            rule(&mut tx, context).await
+        };
+        let error = match applied {
+            Ok(reply) => match commit(session, started).await {
+                Ok(()) => {
+                    permit.committed();
+                    return Ok(reply);
+                }
+                Err(e) => e,
+            },
+            Err(failure) => {
+                // The server may have aborted it already (a conflict
+                // does): nothing to do about an abort that fails.
+                let _ = session.abort_transaction().await;
+                match failure {
+                    Failure::Store(e) => e,
+                    Failure::Refused(e) => return Err(Escape::Refused(e)),
+                    Failure::Taken => return Err(Escape::Taken),
+                    Failure::RollBack => return Err(Escape::RollBack),
+                }
             }
-            .boxed()
-        })
-        .await;
-    outcome.map_err(|e| match e.get_custom::<Escape>() {
-        Some(escape) => escape.clone(),
-        None => Escape::Refused(participant_error(e)),
-    })
+        };
+        if !error.contains_label(TRANSIENT_TRANSACTION_ERROR) {
+            return Err(Escape::Refused(participant_error(error)));
+        }
+        permit.conflicted();
+        drop(permit);
+        if started.elapsed() >= RETRY_TRANSIENT_FOR {
+            return Err(Escape::Refused(participant_error(error)));
+        }
+        let jittered = pause.mul_f64(rand::random::<f64>());
+        tokio::time::sleep(jittered).await;
+        pause = (pause * 2).min(MAX_CONFLICT_PAUSE);
+    }
+}
+
+/// Commits the open transaction, again while its result is unknown (the
+/// commit is idempotent), within [`RETRY_TRANSIENT_FOR`] of `started`.
+async fn commit(session: &mut ClientSession, started: Instant) -> Result<(), Error> {
+    loop {
+        match session.commit_transaction().await {
+            Err(e)
+                if e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT)
+                    && started.elapsed() < RETRY_TRANSIENT_FOR => {}
+            done => return done,
+        }
+    }
 }
 
 /// A driver error as the participant reports it: a refusal carried through
