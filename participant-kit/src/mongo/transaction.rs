@@ -57,12 +57,13 @@ where
     R: Send,
 {
     let db = history;
-    let mut session = db
-        .db()
-        .client()
-        .start_session()
-        .await
-        .map_err(participant_error)?;
+    let mut session = Session::new(
+        db.db()
+            .client()
+            .start_session()
+            .await
+            .map_err(participant_error)?,
+    );
     let mut admission = admission;
     loop {
         let context = (&input, admission.clone());
@@ -118,7 +119,7 @@ const RETRY_TRANSIENT_FOR: Duration = Duration::from_secs(120);
 /// (`tests/tests/hot_documents.rs`).
 async fn run<C, R, F>(
     db: &HistoryDb,
-    session: &mut ClientSession,
+    session: &mut Session,
     context: &C,
     rule: F,
 ) -> Result<R, Escape>
@@ -133,48 +134,109 @@ where
     let mut pause = FIRST_CONFLICT_PAUSE;
     loop {
         let permit = db.limit().acquire().await;
-        let mut start = session.start_transaction();
+        let client = session.client()?;
+        let mut start = client.start_transaction();
         if db.db().read_concern().is_none() {
             start = start.read_concern(ReadConcern::snapshot());
         }
         start
             .await
             .map_err(|e| Escape::Refused(participant_error(e)))?;
+        session.open = Some(permit);
+        let client = session.client()?;
         let applied = {
-            let mut tx = MongoHistory::new(db, session);
+            let mut tx = MongoHistory::new(db, client);
             rule(&mut tx, context).await
         };
-        let error = match applied {
-            Ok(reply) => match commit(session, started).await {
-                Ok(()) => {
-                    permit.committed();
-                    return Ok(reply);
-                }
-                Err(e) => e,
-            },
+        let ended = match applied {
+            Ok(reply) => commit(client, started)
+                .await
+                .map(|()| reply)
+                .map_err(Failure::Store),
             Err(failure) => {
                 // The server may have aborted it already (a conflict
                 // does): nothing to do about an abort that fails.
-                let _ = session.abort_transaction().await;
-                match failure {
-                    Failure::Store(e) => e,
-                    Failure::Refused(e) => return Err(Escape::Refused(e)),
-                    Failure::Taken => return Err(Escape::Taken),
-                    Failure::RollBack => return Err(Escape::RollBack),
-                }
+                let _ = client.abort_transaction().await;
+                Err(failure)
             }
+        };
+        // The transaction is over (committed, aborted, or its commit
+        // failed): its permit goes back once this run is judged.
+        let permit = session.open.take();
+        let error = match ended {
+            Ok(reply) => {
+                if let Some(permit) = permit {
+                    permit.committed();
+                }
+                return Ok(reply);
+            }
+            Err(Failure::Store(e)) => e,
+            Err(Failure::Refused(e)) => return Err(Escape::Refused(e)),
+            Err(Failure::Taken) => return Err(Escape::Taken),
+            Err(Failure::RollBack) => return Err(Escape::RollBack),
         };
         if !error.contains_label(TRANSIENT_TRANSACTION_ERROR) {
             return Err(Escape::Refused(participant_error(error)));
         }
-        permit.conflicted();
-        drop(permit);
+        if let Some(permit) = permit {
+            permit.conflicted();
+        }
         if started.elapsed() >= RETRY_TRANSIENT_FOR {
             return Err(Escape::Refused(participant_error(error)));
         }
         let jittered = pause.mul_f64(rand::random::<f64>());
         tokio::time::sleep(jittered).await;
         pause = (pause * 2).min(MAX_CONFLICT_PAUSE);
+    }
+}
+
+/// A call's session and, while one of its transactions is open, that
+/// transaction's permit of the [`ConflictLimit`](super::ConflictLimit).
+///
+/// Why: a call whose caller gave up (its deadline passed) is dropped
+/// wherever it was, its transaction still open on the server and holding
+/// the documents it wrote. Were its permit given back at once, the next
+/// transaction would write those documents before the driver's abort
+/// reached the server, meet a WriteConflict and lower the limit: on a slow
+/// server, calls dropped at their deadline then keep the limit at one
+/// while everything queues behind it. Dropped with a transaction open,
+/// this aborts it first and gives the permit back after.
+struct Session {
+    /// Always `Some` until dropped.
+    client: Option<ClientSession>,
+    /// The open transaction's permit.
+    open: Option<super::Permit>,
+}
+
+impl Session {
+    fn new(client: ClientSession) -> Self {
+        Session {
+            client: Some(client),
+            open: None,
+        }
+    }
+
+    fn client(&mut self) -> Result<&mut ClientSession, Escape> {
+        self.client.as_mut().ok_or_else(|| {
+            Escape::Refused(ParticipantError::Corrupt(
+                "a MongoDB session used after it was closed".into(),
+            ))
+        })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let (Some(mut client), Some(permit)) = (self.client.take(), self.open.take()) else {
+            return;
+        };
+        // Without a runtime the driver's own drop aborts it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.abort_transaction().await;
+                drop(permit);
+            });
+        }
     }
 }
 

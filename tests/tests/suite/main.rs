@@ -24,6 +24,7 @@ mod bad_input;
 mod barrier;
 mod chaos_audit;
 mod client_auth;
+mod conflict_limit;
 mod conformance_embedded;
 mod conformance_mongo;
 mod conformance_sim;
