@@ -21,7 +21,7 @@ const HITS: Counter = Counter {
 /// so that every other transaction on `key` meanwhile conflicts with it.
 fn add_one<'a>(
     tx: &'a mut MongoHistory<'a>,
-    key: &'a String,
+    key: &'a &'static str,
     _: &'a Admission,
 ) -> futures::future::BoxFuture<'a, Result<(), Failure<mongodb::error::Error>>> {
     async move {
@@ -35,7 +35,7 @@ fn add_one<'a>(
 /// Never asked for: no rule here takes a key.
 fn no_replay<'a>(
     _: &'a mut MongoHistory<'a>,
-    _: &'a String,
+    _: &'a &'static str,
 ) -> futures::future::BoxFuture<'a, Result<(), Failure<mongodb::error::Error>>> {
     async { Err(Failure::RollBack) }.boxed()
 }
@@ -53,25 +53,12 @@ async fn conflicting_transactions_apply_once_each_and_lower_the_limit() {
     let history = HistoryDb::new(db.clone(), Duration::from_secs(3600));
     assert_eq!(history.limit().limit(), MAX_TRANSACTIONS);
     // The counter exists first: every transaction updates it.
-    transact(
-        &history,
-        "hot".to_owned(),
-        Admission::Apply,
-        add_one,
-        no_replay,
-    )
-    .await
-    .expect("the first add");
+    transact(&history, "hot", Admission::Apply, add_one, no_replay)
+        .await
+        .expect("the first add");
     const AT_ONCE: i64 = 16;
-    let adds = (0..AT_ONCE).map(|_| {
-        transact(
-            &history,
-            "hot".to_owned(),
-            Admission::Apply,
-            add_one,
-            no_replay,
-        )
-    });
+    let adds =
+        (0..AT_ONCE).map(|_| transact(&history, "hot", Admission::Apply, add_one, no_replay));
     for added in futures::future::join_all(adds).await {
         added.expect("each add applies, its conflicts retried");
     }
