@@ -15,16 +15,17 @@
 //! multiplicative decrease): it starts at [`MAX_TRANSACTIONS`]; a
 //! transaction that meets a TransientTransactionError halves it (down to
 //! one), and as many commits as the limit (at least [`COMMITS_TO_RISE`])
-//! raise it by one. Under a hot
-//! document the process's transactions thus go through one or two at a
-//! time, mostly without conflicts; once conflicts stop, the limit is back
-//! at its maximum after ~2,100 commits (a second or two at a real
-//! MongoDB's pace). It orders work, it guarantees nothing: duplicates are
-//! still stopped by the unique index, balances by conditional updates,
-//! whatever other processes do.
+//! raise it by one. Under a hot document the process's transactions thus
+//! go through one or two at a time, mostly without conflicts; once
+//! conflicts stop, the limit is back at its maximum after ~2,100 commits
+//! (a second or two at a real MongoDB's pace). It orders work, it
+//! guarantees nothing: duplicates are still stopped by the unique index,
+//! balances by conditional updates, whatever other processes do.
 //!
 //! Each run of a transaction holds one permit, and gives it back before it
-//! pauses to run again, so the retries queue here too.
+//! pauses to run again, so the retries queue here too; a run dropped with
+//! its transaction open gives it back only once the transaction is aborted
+//! (`transaction.rs`, `Session`).
 
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
