@@ -41,6 +41,8 @@ export { TokenPolicy } from './auth.js';
 export { Barrier } from './barrier.js';
 export type { BarrierOptions } from './barrier.js';
 export { transact, insertRecord, budgetEnd, KeyTaken, DEADLINE_MARGIN_MS, NO_DEADLINE_BUDGET_MS } from './transaction.js';
+export { ConflictLimit, conflictLimitOf, MAX_TRANSACTIONS, COMMITS_TO_RISE } from './conflict-limit.js';
+export type { Permit } from './conflict-limit.js';
 export type { TransactStats } from './transaction.js';
 export { fingerprint, difference, newRecord } from './records.js';
 export type { OperationRecord, RecordStatus, Kind, Params } from './records.js';

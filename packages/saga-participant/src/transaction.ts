@@ -20,6 +20,7 @@
  * winner's record.
  */
 import type { ClientSession, Collection, MongoClient } from 'mongodb';
+import { conflictLimitOf } from './conflict-limit.js';
 import { Unavailable, describe, hasLabel, isDuplicateKey } from './errors.js';
 import type { Kind, OperationRecord } from './records.js';
 
@@ -57,25 +58,36 @@ export async function transact<T>(
   stats: TransactStats = { attempts: 0, commitRetries: 0 },
 ): Promise<T> {
   const session = client.startSession();
+  const limit = conflictLimitOf(client);
   let last: unknown = null;
   try {
     for (;;) {
       if (stats.attempts > 0 && Date.now() >= until) throw gaveUp(stats.attempts, last);
+      // Each attempt holds a permit of the process's conflict limit, given
+      // back before the backoff (conflict-limit.ts).
+      const permit = await limit.acquire(until);
+      if (!permit) throw gaveUp(stats.attempts, last ?? 'no transaction slot free before the deadline');
       stats.attempts += 1;
       const started = Date.now();
-      session.startTransaction({ readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' } });
-      let result: T;
+      let retryWhole: boolean | undefined;
+      let result: T | undefined;
       try {
-        result = await work(session);
-      } catch (error) {
-        if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
-        if (!hasLabel(error, 'TransientTransactionError')) throw error;
-        last = error;
-        await backoff(stats.attempts, started, until, last);
-        continue;
+        session.startTransaction({ readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' } });
+        try {
+          result = await work(session);
+        } catch (error) {
+          if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
+          if (!hasLabel(error, 'TransientTransactionError')) throw error;
+          last = error;
+          retryWhole = true;
+        }
+        if (retryWhole === undefined) retryWhole = await commit(session, until, stats, (error) => (last = error));
+        if (retryWhole) permit.conflicted();
+        else permit.committed();
+      } finally {
+        permit.release();
       }
-      const retryWhole = await commit(session, until, stats, (error) => (last = error));
-      if (!retryWhole) return result;
+      if (!retryWhole) return result as T;
       await backoff(stats.attempts, started, until, last);
     }
   } finally {
