@@ -51,7 +51,7 @@ async fn a_participant_on_the_node_package_passes_every_rule() {
     };
     if let Some(why) = why {
         assert!(
-            !saga_tests::shipping::examples_required(),
+            !saga_tests::node_process::examples_required(),
             "the Node package is required (CI=true or REQUIRE_EXAMPLES=1): {why}"
         );
         let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");

@@ -1,5 +1,6 @@
-//! `GET` over plain HTTP for the tests and tools that read the console's
-//! JSON API or a Prometheus endpoint: hyper-util's client, the one
+//! Requests without a body over plain HTTP for the tests and tools that
+//! read the console's JSON API or a Prometheus endpoint, or drive the fake
+//! media store's admin routes: hyper-util's client, the one
 //! fantoccini and the services' own stack already build, so no HTTP crate
 //! is added for it.
 //!
@@ -21,30 +22,44 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 /// is none (no connection, no answer within [`PATIENCE`], a body that is
 /// not UTF-8).
 pub async fn get(addr: impl Display, path: &str) -> Result<(u16, String), String> {
+    request(hyper::Method::GET, addr, path).await
+}
+
+/// `method http://<addr><path>` without a body: the status code and the
+/// body, or why there is none, as [`get`].
+pub async fn request(
+    method: hyper::Method,
+    addr: impl Display,
+    path: &str,
+) -> Result<(u16, String), String> {
     let url = format!("http://{addr}{path}");
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let request = hyper::Request::builder()
+        .method(method.clone())
+        .uri(&url)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("{method} {url}: {e}"))?;
     // One client per request: a pooled connection would belong to the
     // runtime of the test that opened it.
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let exchange = async {
         let reply = client
-            .get(uri)
+            .request(request)
             .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
+            .map_err(|e| format!("{method} {url}: {e}"))?;
         let status = reply.status().as_u16();
         let body = reply
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("GET {url}: reading the body: {e}"))?
+            .map_err(|e| format!("{method} {url}: reading the body: {e}"))?
             .to_bytes();
         let body = String::from_utf8(body.to_vec())
-            .map_err(|e| format!("GET {url}: the body is not UTF-8: {e}"))?;
+            .map_err(|e| format!("{method} {url}: the body is not UTF-8: {e}"))?;
         Ok((status, body))
     };
     tokio::time::timeout(PATIENCE, exchange)
         .await
-        .map_err(|_| format!("GET {url}: no answer within {PATIENCE:?}"))?
+        .map_err(|_| format!("{method} {url}: no answer within {PATIENCE:?}"))?
 }
 
 #[cfg(test)]

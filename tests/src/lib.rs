@@ -44,6 +44,7 @@ pub mod intercepted_store;
 pub mod loyalty;
 pub mod media_upload;
 pub mod mongo_server;
+pub mod node_process;
 pub mod otlp_receiver;
 pub mod process;
 pub mod prometheus;

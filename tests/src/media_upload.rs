@@ -19,26 +19,19 @@
 //! a printed reason — or fails, under `CI=true` or `REQUIRE_EXAMPLES=1`.
 //!
 //! Each process is SIGKILLed when this test process dies
-//! ([`process::spawn_tied`]), stopped by pid (SIGTERM, then SIGKILL) when
+//! ([`crate::node_process`]), stopped by pid (SIGTERM, then SIGKILL) when
 //! dropped, also while a failing test unwinds; the participant can be
 //! SIGKILLed and started again on the same port and database.
 
-use crate::process;
-use crate::shipping::examples_required;
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use crate::node_process::{self, NodeChild};
 use orchestrator::step::SagaDefinition;
 use orchestrator::steps_file::StepSpec;
 use saga_proto::participant::v1 as participant;
 use serde::Deserialize;
 use service_kit::auth::{Role, TokenAuth};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,16 +42,6 @@ pub const STEP: &str = "media";
 fn app_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/media-upload")
 }
-
-/// How long start-up may take (Node loads the protos and connects to
-/// MongoDB; a loaded machine is slow).
-const READY_WITHIN: Duration = Duration::from_secs(60);
-
-/// How long a process has to exit after SIGTERM before SIGKILL.
-const GRACE: Duration = Duration::from_secs(10);
-
-/// How long one admin request to the store may take.
-const ADMIN_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The installed example and the `node` that runs it.
 #[derive(Debug, Clone)]
@@ -71,14 +54,7 @@ impl MediaApp {
     /// PATH, dependencies not installed).
     pub fn locate() -> Result<MediaApp, String> {
         let dir = app_dir();
-        let node = Command::new("node")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if !node.is_ok_and(|s| s.success()) {
-            return Err("`node` is not on PATH (Node.js >= 20 runs the media-upload step)".into());
-        }
+        node_process::require_node("the media-upload step")?;
         for needed in [
             dir.join("src/main.js"),
             dir.join("src/store-main.js"),
@@ -96,168 +72,14 @@ impl MediaApp {
 
     /// The installed example; `None` (with the reason printed) when it
     /// cannot run and examples are not required, a panic naming the fix
-    /// when they are ([`examples_required`]).
+    /// when they are ([`node_process::examples_required`]).
     pub fn find() -> Option<MediaApp> {
-        match Self::locate() {
-            Ok(app) => Some(app),
-            Err(why) if examples_required() => {
-                panic!(
-                    "the media-upload example is required (CI=true or REQUIRE_EXAMPLES=1): {why}"
-                )
-            }
-            Err(why) => {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: {why}; set REQUIRE_EXAMPLES=1 to make this a failure"
-                );
-                None
-            }
-        }
+        node_process::found("the media-upload example", Self::locate())
     }
 
     fn script(&self, name: &str) -> PathBuf {
         self.dir.join("src").join(name)
     }
-}
-
-/// One Node process of the example: restartable on the same port, its
-/// stderr appended to one log over every life, stopped when dropped.
-struct NodeChild {
-    /// For messages: `media-upload`, `media-store`.
-    name: &'static str,
-    script: PathBuf,
-    /// The variable that says where it listens (`host:port`).
-    listen_var: &'static str,
-    env: Vec<(&'static str, String)>,
-    addr: SocketAddr,
-    log: tempfile::NamedTempFile,
-    child: Option<Child>,
-}
-
-impl NodeChild {
-    async fn start(
-        name: &'static str,
-        script: PathBuf,
-        listen_var: &'static str,
-        env: Vec<(&'static str, String)>,
-    ) -> Result<NodeChild, String> {
-        let log = tempfile::Builder::new()
-            .prefix(&format!("{name}-"))
-            .suffix(".log")
-            .tempfile()
-            .map_err(|e| format!("a log file for {name}: {e}"))?;
-        let mut node = NodeChild {
-            name,
-            script,
-            listen_var,
-            env,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            log,
-            child: None,
-        };
-        node.spawn().await?;
-        Ok(node)
-    }
-
-    fn command(&self) -> Result<Command, String> {
-        let stderr = self
-            .log
-            .reopen()
-            .map_err(|e| format!("{}'s log: {e}", self.name))?;
-        let mut cmd = Command::new("node");
-        cmd.arg(&self.script)
-            // Nothing of the test's environment may redirect it.
-            .env_clear()
-            .envs(std::env::var_os("PATH").map(|p| ("PATH", p)))
-            .env(self.listen_var, self.addr.to_string())
-            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr));
-        Ok(cmd)
-    }
-
-    /// Spawns a life and waits for its `READY <port>` (the port kept for
-    /// restarts).
-    async fn spawn(&mut self) -> Result<(), String> {
-        // A restart may find the old port not yet free: a few tries.
-        let mut why = String::new();
-        for _ in 0..5 {
-            let mut child = process::spawn_tied(self.command()?)
-                .map_err(|e| format!("cannot run node: {e}"))?;
-            let Some(stdout) = child.stdout.take() else {
-                return Err(format!("{} has no stdout", self.name));
-            };
-            let ready = process::watch_for_ready(stdout);
-            let port = tokio::task::spawn_blocking(move || ready.recv_timeout(READY_WITHIN))
-                .await
-                .map_err(|e| format!("waiting for READY: {e}"))?;
-            match port {
-                Ok(Some(port)) => {
-                    self.addr.set_port(port);
-                    self.child = Some(child);
-                    return Ok(());
-                }
-                outcome => {
-                    stop(self.name, child).await?;
-                    why = match outcome {
-                        Err(_) => format!("no READY within {READY_WITHIN:?}"),
-                        _ => "it exited before READY".to_owned(),
-                    };
-                    if self.addr.port() == 0 {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
-        Err(format!(
-            "{} did not start ({why}); its log:\n{}",
-            self.name,
-            self.log_tail()
-        ))
-    }
-
-    fn kill9(&mut self) -> Result<(), String> {
-        let name = self.name;
-        let mut child = self
-            .child
-            .take()
-            .ok_or_else(|| format!("{name} is not running"))?;
-        child.kill().map_err(|e| format!("SIGKILL {name}: {e}"))?;
-        child.wait().map_err(|e| format!("reaping {name}: {e}"))?;
-        Ok(())
-    }
-
-    async fn restart(&mut self) -> Result<(), String> {
-        if let Some(child) = self.child.take() {
-            stop(self.name, child).await?;
-        }
-        self.spawn().await
-    }
-
-    fn log_tail(&self) -> String {
-        process::log_tail(self.log.path(), 20).join("\n")
-    }
-}
-
-impl Drop for NodeChild {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take()
-            && let Err(e) = process::stop(&mut child, GRACE)
-        {
-            eprintln!("stopping {} pid {}: {e}", self.name, child.id());
-        }
-    }
-}
-
-/// Stops a life (SIGTERM, SIGKILL after the grace) off the async threads.
-async fn stop(name: &str, mut child: Child) -> Result<(), String> {
-    tokio::task::spawn_blocking(move || process::stop(&mut child, GRACE))
-        .await
-        .map_err(|e| format!("stopping {name}: {e}"))?
-        .map(|_| ())
-        .map_err(|e| format!("stopping {name}: {e}"))
 }
 
 /// A fault of the media store, for the next requests of one method.
@@ -395,12 +217,12 @@ impl MediaStore {
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.node.addr
+        self.node.addr()
     }
 
     /// Its URL, as the participant's `MEDIA_STORE_URL`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.node.addr)
+        format!("http://{}", self.node.addr())
     }
 
     /// The next `times` requests of `method` (`PUT`, `DELETE`, `GET`) get
@@ -462,7 +284,7 @@ impl MediaStore {
 
     /// An admin request that must answer `expected`; its body.
     async fn admin(&self, method: hyper::Method, path: &str, expected: u16) -> String {
-        match request(method.clone(), self.addr(), path).await {
+        match crate::http::request(method.clone(), self.addr(), path).await {
             Ok((status, body)) if status == expected => body,
             Ok((status, body)) => panic!(
                 "{method} {path} on the media store answered {status}, expected {expected}: {body}"
@@ -470,43 +292,6 @@ impl MediaStore {
             Err(e) => panic!("{e}; the media store's log:\n{}", self.log_tail()),
         }
     }
-}
-
-/// `method http://<addr><path>` without a body: the status code and the
-/// body, or why there is none.
-async fn request(
-    method: hyper::Method,
-    addr: SocketAddr,
-    path: &str,
-) -> Result<(u16, String), String> {
-    let url = format!("http://{addr}{path}");
-    let request = hyper::Request::builder()
-        .method(method.clone())
-        .uri(&url)
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("{method} {url}: {e}"))?;
-    // One client per request: a pooled connection would belong to the
-    // runtime of the test that opened it.
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let exchange = async {
-        let reply = client
-            .request(request)
-            .await
-            .map_err(|e| format!("{method} {url}: {e}"))?;
-        let status = reply.status().as_u16();
-        let body = reply
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{method} {url}: reading the body: {e}"))?
-            .to_bytes();
-        let body = String::from_utf8(body.to_vec())
-            .map_err(|e| format!("{method} {url}: the body is not UTF-8: {e}"))?;
-        Ok((status, body))
-    };
-    tokio::time::timeout(ADMIN_PATIENCE, exchange)
-        .await
-        .map_err(|_| format!("{method} {url}: no answer within {ADMIN_PATIENCE:?}"))?
 }
 
 /// How to run the media-upload participant.
@@ -578,7 +363,7 @@ impl MediaProcess {
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.node.addr
+        self.node.addr()
     }
 
     /// How it runs.
