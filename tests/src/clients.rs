@@ -151,6 +151,15 @@ pub fn ownership_changes(saga: &saga::Saga) -> Vec<&str> {
         .collect()
 }
 
+/// The step of `saga` named `name` (a panic naming both when it has
+/// none).
+pub fn step_named<'a>(saga: &'a saga::Saga, name: &str) -> &'a saga::Step {
+    saga.steps
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no step {name} in {saga:?}"))
+}
+
 /// Polls GetSaga until the saga is terminal (or panics after `timeout`).
 pub async fn wait_terminal(addr: SocketAddr, saga_id: &str, timeout: Duration) -> saga::Saga {
     let mut client = SagaServiceClient::new(channel(addr).await);

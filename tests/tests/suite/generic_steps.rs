@@ -24,17 +24,11 @@ use saga_proto::participant::v1::saga_step_service_server::{
 };
 use saga_proto::saga::v1 as pb;
 use saga_tests::loyalty::Loyalty;
+use saga_tests::step_named as step;
 use saga_tests::{OrchestratorHarness, Stack, compensation_order, fast_retry, operations};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tonic::{Request, Response, Status};
-
-fn step<'a>(saga: &'a pb::Saga, name: &str) -> &'a pb::Step {
-    saga.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name} in {saga:?}"))
-}
 
 /// The stack's orchestrator for payment, inventory, then loyalty.
 async fn with_loyalty(mut stack: Stack, loyalty: &Loyalty) -> Stack {

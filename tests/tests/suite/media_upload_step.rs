@@ -40,6 +40,7 @@ use saga_tests::media_upload::{
     Fault, MediaApp, MediaConfig, MediaProcess, MediaStore, StoreState, saga_with_media,
 };
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
+use saga_tests::step_named as step;
 use saga_tests::{
     OrchestratorHarness, Stack, compensation_order, fast_retry, start_order, wait_terminal,
 };
@@ -91,13 +92,6 @@ async fn with_steps(mut stack: Stack, more: &[StepSpec], retry: RetryPolicy) -> 
         .await;
     stack.orchestrator = Some(orchestrator);
     stack
-}
-
-fn step<'a>(saga: &'a pb::Saga, name: &str) -> &'a pb::Step {
-    saga.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name} in {saga:?}"))
 }
 
 /// (kind, status) of each record, sorted: the two records of a null

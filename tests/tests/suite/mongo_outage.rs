@@ -20,6 +20,7 @@ use saga_proto::saga::v1 as pb;
 use saga_proto::saga::v1::order_service_client::OrderServiceClient;
 use saga_proto::saga::v1::saga_service_client::SagaServiceClient;
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
+use saga_tests::step_named as step;
 use saga_tests::{
     OrchestratorHarness, ParticipantHarness, Service, Stack, Storage, channel, fast_retry,
     order_request, wait_terminal,
@@ -128,13 +129,6 @@ async fn get_saga(addr: SocketAddr, lookup: pb::get_saga_request::Lookup) -> pb:
         .await
         .expect("get saga")
         .into_inner()
-}
-
-fn step<'a>(saga: &'a pb::Saga, name: &str) -> &'a pb::Step {
-    saga.steps
-        .iter()
-        .find(|s| s.name == name)
-        .expect("step present")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

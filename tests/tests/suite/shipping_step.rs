@@ -26,6 +26,7 @@ use orchestrator::executor::RetryPolicy;
 use saga_proto::saga::v1 as pb;
 use saga_tests::mongo_server::{MongoServer, ServerOptions};
 use saga_tests::shipping::{ShippingApp, ShippingConfig, ShippingProcess};
+use saga_tests::step_named as step;
 use saga_tests::{
     OrchestratorHarness, Stack, compensation_order, fast_retry, operations, start_order,
     wait_terminal,
@@ -89,13 +90,6 @@ async fn shipments(shipping: &ShippingProcess) -> Vec<Document> {
         .try_collect()
         .await
         .expect("read shipments")
-}
-
-fn step<'a>(saga: &'a pb::Saga, name: &str) -> &'a pb::Step {
-    saga.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name} in {saga:?}"))
 }
 
 fn text<'a>(document: &'a Document, field: &str) -> &'a str {
