@@ -16,6 +16,7 @@ import { MongoClient } from 'mongodb';
 import { PARTICIPANT_PROTOS, SagaParticipant, loaderOptions, silentLogger } from '@saga/participant';
 import { startMediaStore } from '../src/media-store.js';
 import { mediaStep, objectKey } from '../src/media-step.js';
+import { readyPort } from './ready.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
 const uri = process.env.MONGODB_URI;
@@ -142,15 +143,7 @@ describe('a participant killed between the upload and its commit', () => {
       const start = async () => {
         const c = spawn(process.execPath, [MAIN], { env, stdio: ['ignore', 'pipe', 'ignore'] });
         process.once('exit', () => c.kill('SIGKILL'));
-        const port = await new Promise((resolve, reject) => {
-          let out = '';
-          c.stdout.on('data', (d) => {
-            out += d;
-            const m = /^READY (\d+)$/m.exec(out);
-            if (m) resolve(Number(m[1]));
-          });
-          c.once('exit', (code) => reject(new Error(`exited ${code} before READY`)));
-        });
+        const port = await readyPort(c);
         return { child: c, port, exited: new Promise((resolve) => c.once('exit', resolve)) };
       };
       child = await start();

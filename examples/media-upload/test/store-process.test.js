@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { readyPort } from './ready.js';
 
 const MAIN = fileURLToPath(new URL('../src/store-main.js', import.meta.url));
 
@@ -23,15 +24,7 @@ describe('the media store as a process', () => {
     });
     process.once('exit', () => child.kill('SIGKILL'));
     exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-    const port = await new Promise((resolve, reject) => {
-      let out = '';
-      child.stdout.on('data', (d) => {
-        out += d;
-        const m = /^READY (\d+)$/m.exec(out);
-        if (m) resolve(Number(m[1]));
-      });
-      child.once('exit', (code) => reject(new Error(`exited ${code} before READY`)));
-    });
+    const port = await readyPort(child);
     base = `http://127.0.0.1:${port}`;
   });
   after(async () => {
