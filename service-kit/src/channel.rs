@@ -33,7 +33,9 @@
 //!   peer vanished is replaced before a call finds out.
 //! - Plaintext connections write through
 //!   [`crate::coalesced_writes::CoalescedWrites`], as the servers' do, so a
-//!   small request and its end of stream leave in one write.
+//!   small request and its end of stream leave in one write, and requests
+//!   pass through [`crate::small_frames::SmallFrames`], so a larger one does
+//!   too.
 //! - **The call deadline over the whole reply.** The generated client writes
 //!   the `grpc-timeout` header (`Request::set_timeout`); here the deadline
 //!   runs from the call's start to the end of the reply — head, body and
@@ -59,6 +61,7 @@
 //! runs in production.
 
 use crate::coalesced_writes::CoalescedWrites;
+use crate::small_frames::SmallFrames;
 use crate::tls::{TlsConfig, TlsError};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -233,6 +236,7 @@ impl Shared {
                     *request.uri_mut() = uri;
                 }
                 let (client, id) = self.client(connector);
+                let request = request.map(|body| Body::new(SmallFrames::new(body)));
                 let reply = client.request(request);
                 let reply = async move {
                     match reply.await {

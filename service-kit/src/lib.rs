@@ -30,6 +30,9 @@
 //! - [`trace`]: W3C `traceparent` propagation, so one saga's logs — and,
 //!   when spans are exported, its spans — join up
 //!   across the three services.
+//! - [`small_frames`]: message bodies handed to h2 in pieces it copies
+//!   into its write buffer, so a message over 1 KiB and its trailers leave
+//!   in one write (server replies and client requests).
 //! - [`telemetry`]: `tracing` set-up (text or JSON lines) and the span
 //!   export over OTLP that the `OTEL_*` variables turn on.
 //! - [`time`]: wall-clock milliseconds and protobuf timestamps.
@@ -54,6 +57,7 @@ pub mod metrics;
 pub mod purge;
 pub mod server;
 pub mod shutdown;
+pub mod small_frames;
 pub mod telemetry;
 pub mod time;
 pub mod tls;

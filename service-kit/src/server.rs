@@ -287,6 +287,7 @@ impl GrpcServer {
         }
         let closing = readiness.clone();
         let serving = builder
+            .layer(tower_layer::layer_fn(crate::small_frames::SmallReplyFrames))
             .layer(tower_layer::layer_fn(OversizeIsResourceExhausted))
             .serve_with_incoming_shutdown(gate.clone(), incoming(listener), async move {
                 closing.closed().await
