@@ -216,8 +216,11 @@ async fn a_sweep_claims_a_crashed_instances_sagas_several_at_a_time() {
         16,
         "claims in flight at once"
     );
-    // 40 claims, 16 at a time: three rounds of one save, not forty.
-    assert!(took < SAVE * 4, "the sweep took {took:?}");
+    // 40 claims, 16 at a time: three rounds of one save, not forty. The
+    // bound leaves room: the paused clock jumps to the next sleeper's
+    // wake-up whenever every task waits on the SQLite writer thread, which
+    // on a loaded machine happens in the middle of a round (seen: 800 ms).
+    assert!(took < SAVE * 10, "the sweep took {took:?}");
     for i in 0..40 {
         let saga = store
             .get(&format!("saga-{i:03}"))
