@@ -343,11 +343,16 @@ mod tests {
         wait_until("the WAL truncated with no write", truncated).await;
         assert_eq!(rows(&db).await, 2_000);
 
-        // A write every 50 ms after the load.
+        // A write every 50 ms after the load. The next write after the
+        // truncation regrows the file by a few frames, so what shows it is
+        // a file back under WAL_KEEP_BYTES (SQLite never shrinks it
+        // itself), not an empty one: on a loaded machine the truncation can
+        // fall between the check and the next write.
         let pin = grow_wal(&db, &path, wal_bytes).await;
         pin.execute_batch("COMMIT").unwrap();
+        let shrunk = || wal_bytes() < WAL_KEEP_BYTES;
         for i in 0..200 {
-            if truncated() {
+            if shrunk() {
                 break;
             }
             db.write(move |c| -> Result<(), DbError> {
@@ -358,7 +363,7 @@ mod tests {
             .unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(truncated(), "the WAL not truncated at low load");
+        assert!(shrunk(), "the WAL not truncated at low load");
         assert!(rows(&db).await > 2_000);
         // Writes go on after the truncation.
         db.write(|c| -> Result<(), DbError> {

@@ -11,11 +11,12 @@
 //! writes. A connection that says it has no
 //! vectored writes makes h2 copy payloads up to 1 KiB into the buffer
 //! instead (its `CHAIN_THRESHOLD_WITHOUT_VECTORED_IO`), so a reply of a few
-//! hundred bytes and its trailers leave together; larger payloads still go
-//! out unbuffered, in two plain writes instead of one vectored write (a
-//! participant's batch reply of more than 1 KiB: measured +0.01 writes per
-//! saga against the orchestrator's −0.9). Over TLS h2 sees the TLS stream,
-//! not this, and nothing changes.
+//! hundred bytes and its trailers leave together. A larger payload would
+//! go out unbuffered, in writes of its own; every server reply and channel
+//! request is therefore handed to h2 in pieces under that threshold
+//! ([`crate::small_frames`]), so messages up to h2's 16 KiB buffer leave
+//! with their trailers too. Over TLS h2 sees the TLS stream, not this, and
+//! nothing changes.
 //!
 //! Used by every server's accepted connections ([`crate::server`]) and by
 //! the client channel's connections ([`crate::channel`]).
