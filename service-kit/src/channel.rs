@@ -33,9 +33,9 @@
 //!   peer vanished is replaced before a call finds out.
 //! - Plaintext connections write through
 //!   [`crate::coalesced_writes::CoalescedWrites`], as the servers' do, so a
-//!   small request and its end of stream leave in one write, and requests
-//!   pass through [`crate::small_frames::SmallFrames`], so a larger one does
-//!   too.
+//!   request's headers, its message and its end of stream leave in one
+//!   write, and requests pass through
+//!   [`crate::small_frames::SmallFrames`], so a larger one does too.
 //! - **The call deadline over the whole reply.** The generated client writes
 //!   the `grpc-timeout` header (`Request::set_timeout`); here the deadline
 //!   runs from the call's start to the end of the reply — head, body and
@@ -307,7 +307,9 @@ impl Service<http::Uri> for Connector {
                 .map_err(|_| format!("connect timed out after {timeout:?}"))??
                 .into_inner();
             let Some((connector, name)) = tls else {
-                return Ok(ConnectedStream::Plain(TokioIo::new(CoalescedWrites(tcp))));
+                return Ok(ConnectedStream::Plain(TokioIo::new(CoalescedWrites::new(
+                    tcp,
+                ))));
             };
             let stream = tokio::time::timeout(timeout, connector.connect(name, tcp))
                 .await
@@ -583,7 +585,7 @@ mod tests {
         let ConnectedStream::Plain(plain) = plain else {
             panic!("no TLS was asked for")
         };
-        assert!(plain.inner().0.nodelay().unwrap(), "TCP_NODELAY");
+        assert!(plain.inner().get_ref().nodelay().unwrap(), "TCP_NODELAY");
         let _accepted = listener.accept().await.unwrap();
     }
 

@@ -18,6 +18,18 @@
 //! with their trailers too. Over TLS h2 sees the TLS stream, not this, and
 //! nothing changes.
 //!
+//! The first write of every flush also waits one turn of the runtime
+//! ([`CoalescedWrites::poll_write`]): hyper sends a request's HEADERS from
+//! its connection task and the request's body from a task of its own,
+//! spawned when the stream has no send window assigned yet, so the
+//! connection used to write the headers (83 bytes) and, a moment later,
+//! the body and end of stream (~215 bytes) — two writes and two wake-ups
+//! of the participant per call, measured with `strace` on an idle saga.
+//! Yielding once before writing lets the tasks woken alongside the flush
+//! (the body's, other streams') queue their frames first, and everything
+//! leaves in one write. The cost is one extra poll of the connection task
+//! per flush, a few hundred nanoseconds against a syscall and a wake-up.
+//!
 //! Used by every server's accepted connections ([`crate::server`]) and by
 //! the client channel's connections ([`crate::channel`]).
 
@@ -26,9 +38,26 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// `T` with vectored writes hidden (see the module docs).
+/// `T` with vectored writes hidden and every flush's first write one turn
+/// of the runtime late (see the module docs).
 #[derive(Debug)]
-pub struct CoalescedWrites<T>(pub T);
+pub struct CoalescedWrites<T> {
+    io: T,
+    /// Whether this flush's writer has already yielded once.
+    yielded: bool,
+}
+
+impl<T> CoalescedWrites<T> {
+    /// `io`, its writes coalesced.
+    pub fn new(io: T) -> Self {
+        Self { io, yielded: false }
+    }
+
+    /// The connection underneath.
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
+}
 
 impl<T: AsyncRead + Unpin> AsyncRead for CoalescedWrites<T> {
     fn poll_read(
@@ -36,25 +65,37 @@ impl<T: AsyncRead + Unpin> AsyncRead for CoalescedWrites<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
+    /// The first write after a completed flush returns `Pending` once, its
+    /// task woken at once: h2 then buffers whatever the tasks that ran in
+    /// between queued, and writes it all together.
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        let flushed = Pin::new(&mut self.io).poll_flush(cx);
+        if flushed.is_ready() {
+            self.yielded = false;
+        }
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 
     /// Still a vectored write for whoever asks for one regardless (TLS
@@ -64,7 +105,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 
     /// What h2 asks before choosing how much to copy into its buffer.
@@ -79,7 +120,7 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
     type ConnectInfo = T::ConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.connect_info()
+        self.io.connect_info()
     }
 }
 
@@ -91,7 +132,7 @@ mod tests {
     #[tokio::test]
     async fn tells_h2_there_are_no_vectored_writes_yet_writes_vectored_when_asked() {
         let (near, mut far) = tokio::io::duplex(64);
-        let mut near = CoalescedWrites(near);
+        let mut near = CoalescedWrites::new(near);
         assert!(!near.is_write_vectored());
         let bufs = [io::IoSlice::new(b"head"), io::IoSlice::new(b"body")];
         let n = near.write_vectored(&bufs).await.unwrap();
@@ -101,5 +142,53 @@ mod tests {
         let mut got = [0u8; 9];
         far.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"headbody!");
+    }
+
+    /// Counts its wake-ups.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_first_write_of_each_flush_waits_one_turn_and_wakes_its_task() {
+        let wakes = std::sync::Arc::new(Wakes(0.into()));
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let woken = || wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+        let (near, _far) = tokio::io::duplex(1024);
+        let mut near = CoalescedWrites::new(near);
+        let mut write =
+            |near: &mut CoalescedWrites<_>, bytes: &[u8]| Pin::new(near).poll_write(&mut cx, bytes);
+
+        assert!(
+            write(&mut near, b"head").is_pending(),
+            "the first write waits"
+        );
+        assert_eq!(
+            woken(),
+            1,
+            "and its task is woken at once, not left to hang"
+        );
+        assert!(matches!(write(&mut near, b"head"), Poll::Ready(Ok(4))));
+        assert!(
+            matches!(write(&mut near, b"body"), Poll::Ready(Ok(4))),
+            "the rest of the same flush is written at once"
+        );
+        assert_eq!(woken(), 1);
+
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut near).poll_flush(&mut cx).is_ready());
+        let mut cx = Context::from_waker(&waker);
+        assert!(
+            Pin::new(&mut near)
+                .poll_write(&mut cx, b"next")
+                .is_pending(),
+            "after a flush, the next write waits once again"
+        );
+        assert_eq!(woken(), 2);
     }
 }

@@ -503,7 +503,7 @@ fn incoming(
     use futures::TryStreamExt;
     tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .map_ok(crate::coalesced_writes::CoalescedWrites)
+        .map_ok(crate::coalesced_writes::CoalescedWrites::new)
 }
 
 #[cfg(test)]
