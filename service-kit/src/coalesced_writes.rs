@@ -26,9 +26,12 @@
 //! the body and end of stream (~215 bytes) — two writes and two wake-ups
 //! of the participant per call, measured with `strace` on an idle saga.
 //! Yielding once before writing lets the tasks woken alongside the flush
-//! (the body's, other streams') queue their frames first, and everything
-//! leaves in one write. The cost is one extra poll of the connection task
-//! per flush, a few hundred nanoseconds against a syscall and a wake-up.
+//! (the body's, other streams') queue their frames first, so that most of
+//! the time everything leaves in one write (not always: the body's task
+//! may run on another worker, later). Counted with `strace` on idle sagas:
+//! the orchestrator's writes per call to a participant 2.0–2.1 → 1.4, per
+//! saga 5.6 → 4.1. The cost is one extra poll of the connection task per
+//! flush, far less than the syscall and the wake-up it saves.
 //!
 //! Used by every server's accepted connections ([`crate::server`]) and by
 //! the client channel's connections ([`crate::channel`]).
