@@ -70,24 +70,22 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        if !self.rest.is_empty() {
-            let take = self.rest.len().min(PIECE);
-            let piece = self.rest.split_to(take);
-            return Poll::Ready(Some(Ok(Frame::data(piece))));
+        if self.rest.is_empty() {
+            let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                other => return Poll::Ready(other),
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            };
+            if data.len() <= PIECE || data.len() > SPLIT_UP_TO {
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            self.rest = data;
         }
-        let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
-            other => return Poll::Ready(other),
-        };
-        let data = match frame.into_data() {
-            Ok(data) => data,
-            Err(frame) => return Poll::Ready(Some(Ok(frame))),
-        };
-        if data.len() <= PIECE || data.len() > SPLIT_UP_TO {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        self.rest = data;
-        let piece = self.rest.split_to(PIECE);
+        let take = self.rest.len().min(PIECE);
+        let piece = self.rest.split_to(take);
         Poll::Ready(Some(Ok(Frame::data(piece))))
     }
 

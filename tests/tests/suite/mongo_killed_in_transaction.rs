@@ -181,11 +181,7 @@ async fn a_participant_killed_inside_a_transaction_costs_delay_not_the_order() {
     let delay = killed_at.elapsed();
     let _ = stop(&mut payment_process, Duration::from_secs(5));
     assert_eq!(saga.status(), pb::SagaStatus::Completed, "{saga:?}");
-    let charge = saga
-        .steps
-        .iter()
-        .find(|s| s.name == "payment")
-        .expect("payment step");
+    let charge = saga_tests::step_named(&saga, "payment");
     assert!(
         charge.attempts >= 2,
         "the Charge never had to retry: {charge:?}"

@@ -7,7 +7,7 @@ use orchestrator::step::{SagaDefinition, SagaStep, StepOutcome};
 use saga_proto::saga::v1 as pb;
 use saga_tests::crash::CrashableOrchestrator;
 use saga_tests::wrapped_step::{StepHook, Wrapped};
-use saga_tests::{Service, Stack, Storage, fast_retry, start_order, wait_terminal};
+use saga_tests::{Service, Stack, Storage, fast_retry, start_order, step_named, wait_terminal};
 use service_kit::clock::{Clock, FastForwardClock, SharedClock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -307,11 +307,7 @@ async fn a_failed_saga_waits_for_a_person_and_retry_saga_finishes_it() {
     let failed = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
     assert_eq!(failed.status(), pb::SagaStatus::Failed);
     assert!(failed.reason.contains("refund"), "{}", failed.reason);
-    let payment = failed
-        .steps
-        .iter()
-        .find(|s| s.name == "payment")
-        .expect("step");
+    let payment = step_named(&failed, "payment");
     assert_eq!(payment.status(), pb::StepStatus::Compensating);
     assert_eq!(payment.compensation_attempts, 3);
     assert_eq!(
@@ -472,14 +468,7 @@ async fn a_saga_past_its_send_window_sends_nothing_more_and_waits_for_a_person()
         "{}",
         failed.reason
     );
-    let step = |name: &str| {
-        failed
-            .steps
-            .iter()
-            .find(|s| s.name == name)
-            .cloned()
-            .expect("step")
-    };
+    let step = |name: &str| step_named(&failed, name).clone();
     assert_eq!(step("payment").status(), pb::StepStatus::Succeeded);
     let deduct = step("inventory");
     assert_eq!(
@@ -552,11 +541,7 @@ async fn a_step_past_its_deadline_is_compensated_and_cannot_land_later() {
     stack.restart(Service::Inventory).await;
     let done = wait_terminal(orchestrator.addr, &saga_id, Duration::from_secs(10)).await;
     assert_eq!(done.status(), pb::SagaStatus::Cancelled);
-    let inventory_step = done
-        .steps
-        .iter()
-        .find(|s| s.name == "inventory")
-        .expect("step");
+    let inventory_step = step_named(&done, "inventory");
     assert_eq!(inventory_step.status(), pb::StepStatus::Compensated);
     assert_eq!(
         stack.balance("alice").await,
