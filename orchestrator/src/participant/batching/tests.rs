@@ -280,6 +280,7 @@ async fn a_participant_upgraded_after_refusing_batches_gets_them_a_while_later()
 fn queued(bytes: usize) -> (Queued<Arc<Fake>>, oneshot::Receiver<Result<u64, Status>>) {
     let (reply, waiting) = oneshot::channel();
     let call = Queued {
+        ticket: 0,
         request: 1,
         traceparent: "tp-1".into(),
         bytes,
@@ -355,13 +356,17 @@ async fn a_caller_that_gives_up_is_left_out_of_the_next_batch() {
         Duration::from_millis(20),
         Duration::from_millis(10),
     );
-    let busy: Vec<_> = (100..102)
-        .map(|i| {
-            let b = b.clone();
-            tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Two RPCs in flight, one after the other (together they would share
+    // one).
+    let mut busy = Vec::new();
+    for i in 100..102 {
+        let b = b.clone();
+        busy.push(tokio::spawn(
+            async move { b.call(i, format!("tp-{i}")).await },
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fake.ones.load(Ordering::SeqCst), 2);
     // Its patience (30 ms) ends before the flush (50 ms): it gives up
     // while queued.
     let gave_up = b.call(7, "tp-7".to_owned()).await.unwrap_err();
@@ -541,4 +546,51 @@ async fn a_reply_for_another_call_is_never_taken_for_this_calls() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn calls_woken_together_leave_in_one_batch_even_when_the_way_is_free() {
+    // As when a batch's reply wakes its sagas and each calls the next step:
+    // the first finds no RPC in flight, waits one turn, and takes the
+    // others along instead of going alone (and the second after it).
+    let fake = Arc::new(Fake::default());
+    let b = batcher(&fake);
+    let n = 10;
+    let calls = (0..n).map(|i| b.call(i, format!("tp-{i}")));
+    let results = futures::future::join_all(calls).await;
+    for (i, result) in results.into_iter().enumerate() {
+        assert_eq!(result.unwrap(), i as u64 * 2);
+    }
+    assert_eq!(fake.ones.load(Ordering::SeqCst), 0, "no call alone");
+    assert_eq!(fake.manys.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.largest.load(Ordering::SeqCst), n as usize);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_gives_up_while_waiting_for_company_lets_the_others_go() {
+    let fake = Arc::new(Fake::default());
+    let b = batcher(&fake);
+    let began = Instant::now();
+    let mut first = Box::pin(b.call(1, "tp-1".to_owned()));
+    assert!(futures::poll!(&mut first).is_pending(), "it waits a turn");
+    let others: Vec<_> = (2..4)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    assert_eq!(b.queued(), 3, "the others queue behind it");
+    drop(first);
+    for call in others {
+        assert!(call.await.unwrap().is_ok());
+    }
+    assert!(
+        began.elapsed() < FLUSH_AFTER,
+        "sent at once, not after the flush delay: {:?}",
+        began.elapsed()
+    );
+    let delivered = fake.delivered.lock().unwrap().clone();
+    assert!(!delivered.contains(&1), "the call given up was not sent");
+    assert_eq!(b.queued(), 0);
 }
