@@ -494,7 +494,8 @@ fn percent_decode(raw: &[u8]) -> Vec<u8> {
 /// and trailers separately, and with Nagle's algorithm the later small
 /// writes would wait for the peer's delayed ACK, about 40 ms per call —
 /// and a small reply's data and trailers in one write
-/// ([`crate::coalesced_writes`]).
+/// ([`crate::coalesced_writes`]), written at once (a server does not wait
+/// for company: see there why).
 fn incoming(
     listener: TcpListener,
 ) -> impl futures::Stream<
@@ -503,7 +504,7 @@ fn incoming(
     use futures::TryStreamExt;
     tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .map_ok(crate::coalesced_writes::CoalescedWrites::new)
+        .map_ok(crate::coalesced_writes::CoalescedWrites::writing_at_once)
 }
 
 #[cfg(test)]
