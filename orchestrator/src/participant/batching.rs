@@ -325,7 +325,9 @@ impl<T: Transport> Batcher<T> {
                     };
                     return self.shared.transport.one(q.request, q.traceparent).await;
                 }
-                Go::Batch(batch) => send_guarded(self.shared.clone(), batch).await,
+                // From a task of its own, as every batch formed under load:
+                // the other calls' RPC must not end with this caller.
+                Go::Batch(batch) => send_next(&self.shared, Some(batch)),
                 Go::Queued => {}
             }
         }

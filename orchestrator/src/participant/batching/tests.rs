@@ -594,3 +594,34 @@ async fn a_call_that_gives_up_while_waiting_for_company_lets_the_others_go() {
     assert!(!delivered.contains(&1), "the call given up was not sent");
     assert_eq!(b.queued(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_formed_by_a_waiting_call_outlives_its_caller() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(100),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    let mut first = Box::pin(b.call(1, "tp-1".to_owned()));
+    assert!(futures::poll!(&mut first).is_pending(), "it waits a turn");
+    let others: Vec<_> = (2..4)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    // Its turn over, it sends the three in one batch, then its caller
+    // gives up while the batch is in flight.
+    assert!(futures::poll!(&mut first).is_pending());
+    drop(first);
+    for (call, i) in others.into_iter().zip(2..) {
+        assert_eq!(
+            call.await.unwrap().unwrap(),
+            i * 2,
+            "the others still get their replies"
+        );
+    }
+    assert_eq!(fake.manys.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.ones.load(Ordering::SeqCst), 0);
+}
