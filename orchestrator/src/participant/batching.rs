@@ -17,16 +17,17 @@
 //! How, with no wait added when there is nothing to share — a call never
 //! waits for others to arrive, beyond one turn of the runtime:
 //! - A call that finds fewer than [`MAX_IN_FLIGHT`] RPCs in flight waits
-//!   one turn of the runtime (`yield_now`) for company, then goes out from
-//!   the saga's own task: on its own (the plain Act or Compensate) when no
-//!   call queued behind it meanwhile — so an idle saga is called exactly as
-//!   without batching — else with them in one batch. Why the turn: the
-//!   calls of a step arrive in bursts, each batch's reply waking its sagas
-//!   together to call their next step; without it the first two of every
-//!   burst went alone, and most RPCs carried one call (at c64 with 3
-//!   steps, ~70% of the RPCs for ~12% of the calls). With it (same-minutes
-//!   A/B): 3,486 → 4,147 sagas/s at c64, CPU per saga −12% (orchestrator)
-//!   and −16% (participants), idle sagas unchanged.
+//!   one turn of the runtime (`yield_now`) for company. Then, when no call
+//!   queued behind it meanwhile, it goes out on its own (the plain Act or
+//!   Compensate) from the saga's own task — so an idle saga is called
+//!   exactly as without batching; else it leaves with them in one batch,
+//!   sent by a task of its own (their RPC must not end with this caller).
+//!   Why the turn: the calls of a step arrive in bursts, each batch's reply
+//!   waking its sagas together to call their next step; without it the
+//!   first two of every burst went alone, and most RPCs carried one call
+//!   (at c64 with 3 steps, ~70% of the RPCs for ~12% of the calls). With
+//!   it (same-minutes A/B): 3,486 → 4,147 sagas/s at c64, CPU per saga
+//!   −12% (orchestrator) and −16% (participants), idle sagas unchanged.
 //! - A call that finds [`MAX_IN_FLIGHT`] RPCs in flight, or another call
 //!   waiting its turn, queues. When an RPC in flight ends, the calls queued
 //!   meanwhile leave together in one batch RPC, sent by a task of its own.
