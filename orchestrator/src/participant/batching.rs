@@ -259,9 +259,7 @@ impl<T: Transport> Drop for Lingering<T> {
         let Some(ticket) = self.ticket else { return };
         let next = {
             let mut state = self.shared.state();
-            if state.lingering == Some(ticket) {
-                state.lingering = None;
-            }
+            state.stop_lingering(ticket);
             state.queue.retain(|q| q.ticket != ticket);
             state.next_batch()
         };
@@ -404,14 +402,20 @@ impl<T: Transport> State<T> {
         ticket
     }
 
+    /// The call `ticket` waits for company no longer (if it was the one
+    /// waiting): the next call to find the way free may wait in its turn.
+    fn stop_lingering(&mut self, ticket: u64) {
+        if self.lingering == Some(ticket) {
+            self.lingering = None;
+        }
+    }
+
     /// How the call `ticket`, which found the way free a turn ago, goes:
     /// alone when no call queued behind it, else with them in a batch
     /// (when the way is still free), else in a batch sent later — or it
     /// went already, taken by a batch sent meanwhile.
     fn end_linger(&mut self, ticket: u64) -> Go<T> {
-        if self.lingering == Some(ticket) {
-            self.lingering = None;
-        }
+        self.stop_lingering(ticket);
         let Some(at) = self.queue.iter().position(|q| q.ticket == ticket) else {
             return Go::Queued;
         };

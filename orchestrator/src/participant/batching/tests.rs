@@ -566,12 +566,16 @@ async fn calls_woken_together_leave_in_one_batch_even_when_the_way_is_free() {
     assert_eq!(fake.largest.load(Ordering::SeqCst), n as usize);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_call_that_gives_up_while_waiting_for_company_lets_the_others_go() {
-    let fake = Arc::new(Fake::default());
-    let b = batcher(&fake);
-    let began = Instant::now();
-    let mut first = Box::pin(b.call(1, "tp-1".to_owned()));
+/// Call 1 waiting its turn for company (polled once, kept by the caller)
+/// and calls 2 and 3 queued behind it, each on a task of its own.
+async fn a_waiting_call_and_two_behind(
+    b: &Batcher<Arc<Fake>>,
+) -> (
+    Pin<Box<dyn Future<Output = Result<u64, Status>> + '_>>,
+    Vec<tokio::task::JoinHandle<Result<u64, Status>>>,
+) {
+    let mut first: Pin<Box<dyn Future<Output = Result<u64, Status>> + '_>> =
+        Box::pin(b.call(1, "tp-1".to_owned()));
     assert!(futures::poll!(&mut first).is_pending(), "it waits a turn");
     let others: Vec<_> = (2..4)
         .map(|i| {
@@ -581,6 +585,15 @@ async fn a_call_that_gives_up_while_waiting_for_company_lets_the_others_go() {
         .collect();
     tokio::task::yield_now().await;
     assert_eq!(b.queued(), 3, "the others queue behind it");
+    (first, others)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_gives_up_while_waiting_for_company_lets_the_others_go() {
+    let fake = Arc::new(Fake::default());
+    let b = batcher(&fake);
+    let began = Instant::now();
+    let (first, others) = a_waiting_call_and_two_behind(&b).await;
     drop(first);
     for call in others {
         assert!(call.await.unwrap().is_ok());
@@ -602,15 +615,7 @@ async fn a_batch_formed_by_a_waiting_call_outlives_its_caller() {
         ..Fake::default()
     });
     let b = batcher(&fake);
-    let mut first = Box::pin(b.call(1, "tp-1".to_owned()));
-    assert!(futures::poll!(&mut first).is_pending(), "it waits a turn");
-    let others: Vec<_> = (2..4)
-        .map(|i| {
-            let b = b.clone();
-            tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
-        })
-        .collect();
-    tokio::task::yield_now().await;
+    let (mut first, others) = a_waiting_call_and_two_behind(&b).await;
     // Its turn over, it sends the three in one batch, then its caller
     // gives up while the batch is in flight.
     assert!(futures::poll!(&mut first).is_pending());
