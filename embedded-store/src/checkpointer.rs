@@ -25,7 +25,7 @@
 //! a slow one logged (see [`crate::slow_log`]): a checkpoint's syncs are
 //! where the disk's stalls show first, before they reach a commit.
 
-use crate::slow_log::SlowLog;
+use crate::slow_log::{SLOW_CHECKPOINT, SlowLog};
 use crate::writer::Writer;
 use crate::{DbError, open::connect};
 use rusqlite::{Connection, OpenFlags};
@@ -140,7 +140,7 @@ pub(crate) fn spawn(path: &Path, writer: &Arc<Writer>) -> Result<(), DbError> {
         wal_frames: 0,
         low_load_since: None,
         retry_truncate_at: None,
-        slow: SlowLog::default(),
+        slow: SlowLog::new(SLOW_CHECKPOINT),
         labels: [("db", writer.db.clone())],
         shown: path.display().to_string(),
         wal: PathBuf::from(wal),

@@ -87,7 +87,7 @@ impl Writer {
             last_end_us: AtomicU64::new(0),
             epoch: Instant::now(),
             inline_commits: AtomicU64::new(0),
-            slow_commits: slow_log::SlowLog::default(),
+            slow_commits: slow_log::SlowLog::new(slow_log::SLOW_COMMIT),
         }
     }
 
