@@ -33,7 +33,9 @@
 //!   meanwhile leave together in one batch RPC, sent by a task of its own.
 //!   So batches form only under load. A call waits in the queue at most
 //!   [`FLUSH_AFTER`]: if the RPCs in flight are slower than that (a slow
-//!   participant), it sends the queue itself, past the in-flight limit.
+//!   participant), it has the queue sent at once, past the in-flight
+//!   limit — it too by a task of its own, so that no batch's RPC ends with
+//!   the caller that formed it.
 //! - **A call takes no longer than it would alone.** A batch's deadline is
 //!   the call deadline less the time its oldest call queued, and a queued
 //!   call gives up (DEADLINE_EXCEEDED, retried) after the call deadline plus
@@ -339,11 +341,11 @@ impl<T: Transport> Batcher<T> {
                 () = tokio::time::sleep_until(flush_at) => {}
             }
             // Still queued: the RPCs in flight are slow. Send the queue
-            // now, from this task, past the in-flight limit.
+            // now, past the in-flight limit, from a task of its own like
+            // every batch: the other calls' RPC must not end with this
+            // caller.
             let batch = self.shared.state().take_batch();
-            if let Some(batch) = batch {
-                send_guarded(self.shared.clone(), batch).await;
-            }
+            send_next(&self.shared, batch);
         }
         match tokio::time::timeout_at(give_up, waiting).await {
             Ok(result) => received(result),

@@ -630,3 +630,48 @@ async fn a_batch_formed_by_a_waiting_call_outlives_its_caller() {
     assert_eq!(fake.manys.load(Ordering::SeqCst), 1);
     assert_eq!(fake.ones.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_a_call_flushes_past_slow_rpcs_outlives_its_caller() {
+    let fake = Arc::new(Fake {
+        delay: Duration::from_millis(300),
+        ..Fake::default()
+    });
+    let b = batcher(&fake);
+    let spawn_call = |i: u64| {
+        let b = b.clone();
+        tokio::spawn(async move { b.call(i, format!("tp-{i}")).await })
+    };
+    // Two slow RPCs, one call each, take the way.
+    let mut slow = Vec::new();
+    for i in 0..2 {
+        slow.push(spawn_call(i));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(fake.ones.load(Ordering::SeqCst), 2, "two RPCs in flight");
+    // Call 2 queues behind them, kept by the test; 3 and 4 queue after it.
+    let mut first = Box::pin(b.call(2, "tp-2".to_owned()));
+    assert!(futures::poll!(&mut first).is_pending());
+    let others: Vec<_> = (3..5).map(spawn_call).collect();
+    tokio::task::yield_now().await;
+    assert_eq!(b.queued(), 3);
+    // Past the flush delay call 2 sends the queue, then its caller gives
+    // up while that batch is in flight.
+    tokio::time::advance(FLUSH_AFTER).await;
+    assert!(futures::poll!(&mut first).is_pending());
+    assert_eq!(b.queued(), 0, "the queue left in one batch");
+    drop(first);
+    for (call, i) in others.into_iter().zip(3..) {
+        assert_eq!(
+            call.await.unwrap().unwrap(),
+            i * 2,
+            "the others still get their replies"
+        );
+    }
+    for call in slow {
+        assert!(call.await.unwrap().is_ok());
+    }
+    assert_eq!(fake.manys.load(Ordering::SeqCst), 1);
+}
