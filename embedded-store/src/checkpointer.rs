@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 /// 64 (perf); with this interval (and the one below near a restart) the
 /// stack did +13% sagas/s with two steps, each process using 9–19% less
 /// CPU per saga (docs/benchmarks-history.md).
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The interval once the WAL holds [`NEAR_RESTART_FRAMES`] or more.
 ///

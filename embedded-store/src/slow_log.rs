@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 pub(crate) const SLOW_COMMIT: Duration = Duration::from_millis(50);
 
 /// A checkpointer's checkpoint at least this slow is logged: one that
-/// takes as long as the interval between two (see
-/// [`crate::checkpointer`]) no longer keeps up. A checkpoint copies every
-/// page written since the last one and syncs twice, so under load it takes
-/// 20–50 ms on the test machine (250 ms of commits), and 50 ms would log
-/// a healthy one.
-pub(crate) const SLOW_CHECKPOINT: Duration = Duration::from_millis(250);
+/// takes as long as the interval between two
+/// ([`crate::checkpointer::CHECKPOINT_INTERVAL`]) no longer keeps up. A
+/// checkpoint copies every page written since the last one and syncs
+/// twice, so under load it takes 20–50 ms on the test machine (250 ms of
+/// commits), and 50 ms would log a healthy one.
+pub(crate) const SLOW_CHECKPOINT: Duration = crate::checkpointer::CHECKPOINT_INTERVAL;
 
 /// How often a slow event is logged at most, per database and kind.
 const EVERY: Duration = Duration::from_secs(1);
